@@ -1,0 +1,120 @@
+"""Trace importers: one module per format, chosen from a file's content, all producing a `Workload`.
+
+An importer module defines ``FORMAT`` (its name on the command line), ``sniff(path, head) -> bool``
+(does this file look like mine? `head` is the first 64 KiB) and ``read(path, policy) -> Workload``.
+`load` picks the importer, reads every file of a folder, and merges them into one workload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable, Optional
+
+from ..errors import ErrorPolicy, InputError, OnError
+from ..workload import Provenance, Task, Workload
+
+# Sniffing order: the most specific formats first.
+_MODULES = (
+    "native",
+)
+HEAD_BYTES = 65536
+
+
+def importers() -> dict[str, ModuleType]:
+    """Every importer by format name, in sniffing order."""
+    mods = [importlib.import_module(f"{__name__}.{name}") for name in _MODULES]
+    return {m.FORMAT: m for m in mods}
+
+
+def formats() -> list[str]:
+    """Format names accepted by `--format`."""
+    return list(importers())
+
+
+def detect(path: Path) -> ModuleType:
+    """The importer whose `sniff` accepts this file."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEAD_BYTES)
+    if not head.strip():
+        raise InputError("empty file", file=str(path))
+    for module in importers().values():
+        if module.sniff(path, head):
+            return module
+    raise InputError(
+        f"unknown trace format (known: {', '.join(formats())}; force one with --format)", file=str(path)
+    )
+
+
+def _files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise InputError("no such file or folder", file=str(path))
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not _is_side_file(p))
+        if not files:
+            raise InputError("folder holds no trace files", file=str(path))
+        return files
+    return [path]
+
+
+def _is_side_file(path: Path) -> bool:
+    """License and readme files that sit beside traces."""
+    name = path.name.upper()
+    return name.startswith(("LICENSE", "README", "NOTICE", ".")) or path.suffix.lower() in {".md", ".txt"}
+
+
+def load(
+    paths: Iterable[str | Path],
+    format: Optional[str] = None,
+    on_error: OnError = "raise",
+) -> Workload:
+    """Import files and folders (every file inside, recursively) as one workload, sorted by arrival."""
+    known = importers()
+    if format is not None and format not in known:
+        raise InputError(f"unknown format {format!r} (known: {', '.join(known)})")
+    parts: list[Workload] = []
+    for root in paths:
+        root = Path(root)
+        by_format: dict[str, list[Workload]] = {}
+        for file in _files(root):
+            module = known[format] if format else detect(file)
+            policy = ErrorPolicy(on_error)
+            part = module.read(file, policy)
+            if policy.total_skipped:
+                part = _with_notes(part, policy.notes())
+            by_format.setdefault(module.FORMAT, []).append(part)
+        for fmt, found in by_format.items():
+            parts.append(_merge(found, Provenance(str(root), fmt, {"on_error": on_error})) if root.is_dir() else found[0])
+    merged = _merge(parts, None)
+    tasks = _unique_ids(merged.tasks)
+    if not tasks:
+        raise InputError("no tasks found", file=", ".join(str(p) for p in paths))
+    return Workload(tuple(sorted(tasks, key=lambda t: t.arrival)), merged.provenance)
+
+
+def _with_notes(part: Workload, notes: tuple[str, ...]) -> Workload:
+    prov = part.provenance or (Provenance("?", "?"),)
+    first = dataclasses.replace(prov[0], notes=prov[0].notes + notes)
+    return Workload(part.tasks, (first,) + prov[1:])
+
+
+def _merge(parts: list[Workload], provenance: Optional[Provenance]) -> Workload:
+    """Concatenate workloads; with `provenance`, the parts' notes are folded into that one entry."""
+    tasks = tuple(t for p in parts for t in p.tasks)
+    if provenance is None:
+        return Workload(tasks, tuple(pr for p in parts for pr in p.provenance))
+    notes = tuple(n for p in parts for pr in p.provenance for n in pr.notes)
+    return Workload(tasks, (dataclasses.replace(provenance, notes=notes),))
+
+
+def _unique_ids(tasks: tuple[Task, ...]) -> list[Task]:
+    """Keep ids unique across files: a repeated id gets a numeric suffix."""
+    seen: dict[str, int] = {}
+    out = []
+    for task in tasks:
+        n = seen.get(task.id, 0)
+        seen[task.id] = n + 1
+        out.append(task if n == 0 else dataclasses.replace(task, id=f"{task.id}#{n}"))
+    return out
