@@ -1,0 +1,1 @@
+"""Live runs: asyncio driver, HTTP client, prompt builder, emulator, probes."""

@@ -1,0 +1,1 @@
+"""Measurement: records, histograms, summaries and result files."""

@@ -1,0 +1,1 @@
+"""The server twin and the SimPy driver."""
