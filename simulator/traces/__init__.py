@@ -18,6 +18,13 @@ from ..workload import Provenance, Task, Workload
 
 # Sniffing order: the most specific formats first.
 _MODULES = (
+    "claude_code",
+    "tracelab",
+    "tracelab_csv",
+    "mooncake",
+    "otel",
+    "burstgpt",
+    "azure",
     "native",
 )
 HEAD_BYTES = 65536

@@ -1,0 +1,123 @@
+"""Azure LLM inference traces (Azure/AzurePublicDataset): CSV of single requests.
+
+Columns ``TIMESTAMP`` (``2023-11-16 18:17:03.9799600``: date and time with up to 7 fractional digits,
+optionally with a UTC offset as in the 2024 release), ``ContextTokens`` and ``GeneratedTokens``. Every row
+becomes a task of one call (ids ``azure-<row>``, the row counted from 0 after the header); its arrival is
+seconds since the first row. Rows must be in time order: a row earlier than the one before it is bad input.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from ..errors import ErrorPolicy, InputError
+from ..workload import Call, Provenance, Task, Workload
+
+FORMAT = "azure"
+TIME, INPUT, OUTPUT = "TIMESTAMP", "ContextTokens", "GeneratedTokens"
+COLUMNS = (TIME, INPUT, OUTPUT)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when the CSV header names the three Azure columns."""
+    first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
+    names = {c.strip() for c in first.split(",")}
+    return all(c in names for c in COLUMNS)
+
+
+class _Clock:
+    """Parses timestamps to (day number, seconds into the day); dates are cached, they rarely change."""
+
+    def __init__(self) -> None:
+        self.days: dict[str, int] = {}
+
+    def parse(self, text: str) -> tuple[int, float]:
+        """(proleptic day number, seconds since midnight UTC); ValueError when not a timestamp."""
+        if len(text) >= 19 and text[10] in " T" and text[13] == ":" and text[16] == ":":
+            try:
+                sec = float(text[17:])
+            except ValueError:
+                sec = -1.0  # an offset or suffix follows the seconds: take the general path
+            if 0.0 <= sec < 61.0:
+                day = self.days.get(text[:10])
+                if day is None:
+                    day = self.days[text[:10]] = date.fromisoformat(text[:10]).toordinal()
+                return day, int(text[11:13]) * 3600 + int(text[14:16]) * 60 + sec
+        return self._general(text)
+
+    @staticmethod
+    def _general(text: str) -> tuple[int, float]:
+        # datetime takes at most 6 fractional digits: drop the 7th (100 ns) before parsing
+        head, dot, rest = text.strip().partition(".")
+        if dot:
+            digits = len(rest) - len(rest.lstrip("0123456789"))
+            rest = rest[: min(digits, 6)] + rest[digits:]
+        stamp = datetime.fromisoformat(head + dot + rest)
+        if stamp.tzinfo is not None:
+            stamp = stamp.astimezone(timezone.utc)
+        seconds = stamp.hour * 3600 + stamp.minute * 60 + stamp.second + stamp.microsecond / 1e6
+        return stamp.toordinal(), seconds
+
+
+def _tokens(text: str, name: str, line: int, field: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"expected a whole number of tokens, got {text!r}", file=name, line=line, field=field) from None
+    if value < 0:
+        raise InputError(f"negative token count {value}", file=name, line=line, field=field)
+    return value
+
+
+def read(path: Path, policy: ErrorPolicy) -> Workload:
+    """Read an Azure LLM inference CSV: one single-call task per row."""
+    name = str(path)
+    clock = _Clock()
+    tasks: list[Task] = []
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
+            raise InputError("empty file: no CSV header", file=name, line=1)
+        where = {c.strip(): i for i, c in enumerate(header)}
+        for column in COLUMNS:
+            if column not in where:
+                raise InputError(f"missing column (header has: {', '.join(header)})", file=name, line=1, field=column)
+        i_time, i_in, i_out = (where[c] for c in COLUMNS)
+        width = max(i_time, i_in, i_out) + 1
+        origin: tuple[int, float] | None = None
+        last, last_line = -1.0, 0
+        for row_number, row in enumerate(reader):
+            line = reader.line_num
+            if not row:
+                continue
+            try:
+                if len(row) < width:
+                    raise InputError(f"row has {len(row)} fields, expected {len(header)}", file=name, line=line,
+                                     field=header[len(row)].strip())
+                try:
+                    stamp = clock.parse(row[i_time])
+                except ValueError:
+                    raise InputError(f"not a timestamp: {row[i_time]!r}", file=name, line=line, field=TIME) from None
+                n_in = _tokens(row[i_in], name, line, INPUT)
+                n_out = _tokens(row[i_out], name, line, OUTPUT)
+                if origin is None:
+                    origin = stamp
+                # rounded to the trace's 100 ns resolution, which float subtraction blurs
+                arrival = round((stamp[0] - origin[0]) * 86400 + (stamp[1] - origin[1]), 7)
+                if arrival < last:
+                    raise InputError(
+                        f"timestamp goes backwards ({row[i_time]} is earlier than line {last_line})",
+                        file=name, line=line, field=TIME,
+                    )
+            except InputError as exc:
+                policy.bad(exc)
+                continue
+            last, last_line = arrival, line
+            tasks.append(Task(f"azure-{row_number:06d}", (Call(n_in, n_out),), arrival))
+    if not tasks:
+        raise InputError("no requests found", file=name)
+    notes = ("single requests: one call per task, no sessions or prefix hashes in this trace",)
+    return Workload(tuple(tasks), (Provenance(name, FORMAT, {"on_error": policy.on_error}, notes),))

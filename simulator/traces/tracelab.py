@@ -1,0 +1,210 @@
+"""TraceLab round traces (uw-syfi/TraceLab, ``round_trace.jsonl``): one row per LLM round.
+
+Rows are grouped into one `Task` per ``session_id`` (class: the row's ``provider``, e.g.
+``claude`` or ``codex``, else ``tracelab``) and ordered by ``round_index``. Each round is a `Call`:
+
+- input_tokens = ``input_tokens_total``; output_tokens = ``output_tokens``; model = ``model``.
+- Prefix reuse: ``prefix_tokens`` of the prompt were cached. The trace has no block hashes, so ids
+  are synthesised with `prefix.extend_prefix` (block size 64): the first ``prefix_tokens // 64``
+  ids repeat the previous round's, the rest are new ids in the session's own namespace. A first
+  round's cached tokens (from earlier sessions) are not modelled: its ids are all new.
+- Timing comes from ``timing_events[]`` (ISO timestamps). A round is *sent* at its latest input
+  event (``user_message`` / ``tool_result``: the request goes out once every tool result is in)
+  and *ends* at its latest output event (``reasoning``, ``text``, ``tool_call``, ``usage_report``).
+  So sent_at = send time minus the session's first timestamp, server_time = end minus send, and the
+  gap before a round = its send time minus the previous round's end: the tools' wall time (parallel
+  tools overlap, so the longest one counts) plus any user think time, which the tool latencies alone
+  would miss. When a round lacks timestamps, the gap falls back to the longest
+  ``tools[].tool_wall_latency_ms`` of the previous round (0 without tools).
+- arrival = the session's first timestamp minus the earliest first timestamp in the file (0 for
+  sessions without timestamps).
+
+Errors name the file, the line and the field (as a JSON path within the line: ``$.output_tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ..errors import ErrorPolicy, InputError
+from ..workload import Call, Provenance, Task, Workload
+from .prefix import extend_prefix, fresh_ids
+
+FORMAT = "tracelab"
+BLOCK_SIZE = 64
+DEFAULT_CLASS = "tracelab"
+INPUT_EVENTS = frozenset({"user_message", "tool_result"})
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """JSON lines with ``round_index`` and ``input_tokens_total``."""
+    return head.lstrip()[:1] == b"{" and b'"round_index"' in head and b'"input_tokens_total"' in head
+
+
+class _Round:
+    """One validated row, before rounds are chained into calls."""
+
+    __slots__ = ("session", "index", "provider", "model", "total", "prefix", "output", "send", "end", "first", "tool_wait")
+
+    def __init__(self, **values: Any) -> None:
+        for key, value in values.items():
+            setattr(self, key, value)
+
+
+def _rows(path: Path, name: str) -> Iterator[tuple[Any, int]]:
+    """(row, line number) for each non-blank line of a JSONL file."""
+    empty = True
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            empty = False
+            try:
+                yield json.loads(raw), number
+            except ValueError as exc:
+                raise InputError(f"invalid JSON: {exc}", file=name, line=number) from None
+    if empty:
+        raise InputError("empty file", file=name)
+
+
+def _time(value: Any) -> float:
+    """Seconds since the epoch of an ISO-8601 timestamp."""
+    if not isinstance(value, str):
+        raise ValueError(f"not a timestamp: {value!r}")
+    return datetime.fromisoformat(value).timestamp()
+
+
+class _RowReader:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def error(self, message: str, line: Optional[int], where: str, field: str) -> InputError:
+        return InputError(message, file=self.name, line=line, path=f"{where}.{field}", field=field)
+
+    def count(self, row: dict, key: str, line: Optional[int], where: str, default: Optional[int] = None) -> int:
+        value = row.get(key)
+        if value is None and default is not None:
+            return default
+        if type(value) is not int or value < 0:
+            what = "missing" if value is None else "must be a non-negative integer"
+            raise self.error(what, line, where, key)
+        return value
+
+    def round(self, row: Any, line: Optional[int], where: str) -> _Round:
+        if not isinstance(row, dict):
+            raise InputError("expected a JSON object", file=self.name, line=line, path=where)
+        session = row.get("session_id")
+        if not isinstance(session, str) or not session:
+            raise self.error("missing or not a string", line, where, "session_id")
+        total = self.count(row, "input_tokens_total", line, where)
+        prefix = self.count(row, "prefix_tokens", line, where, default=0)
+        if prefix > total:
+            raise self.error("exceeds input_tokens_total", line, where, "prefix_tokens")
+        send = end = first = None
+        events = row.get("timing_events") or []
+        if not isinstance(events, list):
+            raise self.error("must be a list", line, where, "timing_events")
+        for i, event in enumerate(events):
+            try:
+                at = _time(event["timestamp"])
+            except (TypeError, KeyError, ValueError):
+                raise self.error("not an ISO-8601 timestamp", line, f"{where}.timing_events[{i}]", "timestamp") from None
+            first = at if first is None else min(first, at)
+            if event.get("event_type") in INPUT_EVENTS:
+                send = at if send is None else max(send, at)
+            else:
+                end = at if end is None else max(end, at)
+        if send is None:
+            send = first
+        tool_wait = 0.0
+        tools = row.get("tools") or []
+        if not isinstance(tools, list):
+            raise self.error("must be a list", line, where, "tools")
+        for i, tool in enumerate(tools):
+            ms = tool.get("tool_wall_latency_ms") if isinstance(tool, dict) else None
+            if ms is None:
+                continue
+            if type(ms) not in (int, float) or ms < 0:
+                raise self.error("must be a non-negative number", line, f"{where}.tools[{i}]", "tool_wall_latency_ms")
+            tool_wait = max(tool_wait, ms / 1000.0)
+        provider, model = row.get("provider"), row.get("model")
+        return _Round(
+            session=session,
+            index=self.count(row, "round_index", line, where),
+            provider=provider if isinstance(provider, str) and provider else DEFAULT_CLASS,
+            model=model if isinstance(model, str) else None,
+            total=total,
+            prefix=prefix,
+            output=self.count(row, "output_tokens", line, where),
+            send=send,
+            end=end,
+            first=first,
+            tool_wait=tool_wait,
+        )
+
+
+def _seconds(value: float) -> float:
+    """A non-negative duration, rounded to microseconds (epoch floats carry noise below that)."""
+    return max(0.0, round(value, 6))
+
+
+def _session_task(session: str, rounds: list[_Round], origin: Optional[float]) -> Task:
+    rounds.sort(key=lambda r: r.index)
+    starts = [r.first for r in rounds if r.first is not None]
+    start = min(starts) if starts else None
+    fresh = fresh_ids(f"tracelab:{session}")
+    calls: list[Call] = []
+    ids: tuple[int, ...] = ()
+    previous: Optional[_Round] = None
+    for r in rounds:
+        ids = extend_prefix(ids, r.prefix, r.total, BLOCK_SIZE, fresh)
+        if previous is None:
+            gap = r.send - start if r.send is not None else 0.0
+        elif r.send is not None and previous.end is not None:
+            gap = r.send - previous.end
+        else:
+            gap = previous.tool_wait
+        server = r.end - r.send if r.send is not None and r.end is not None else None
+        calls.append(
+            Call(
+                r.total,
+                r.output,
+                _seconds(gap),
+                ids,
+                BLOCK_SIZE,
+                _seconds(server) if server is not None else None,
+                _seconds(r.send - start) if r.send is not None else None,
+                None,
+                r.model,
+            )
+        )
+        previous = r
+    arrival = _seconds(start - origin) if start is not None and origin is not None else 0.0
+    return Task(session, tuple(calls), arrival, rounds[0].provider)
+
+
+def read(path: Path, policy: ErrorPolicy) -> Workload:
+    """Read a TraceLab ``round_trace.jsonl``."""
+    path = Path(path)
+    name = str(path)
+    reader = _RowReader(name)
+    sessions: dict[str, list[_Round]] = {}
+    seen: set[tuple[str, int]] = set()
+    for row, line in _rows(path, name):
+        where = "$"
+        try:
+            r = reader.round(row, line, where)
+            if (r.session, r.index) in seen:
+                raise reader.error("this round of the session appears twice", line, where, "round_index")
+        except InputError as exc:
+            policy.bad(exc)
+            continue
+        seen.add((r.session, r.index))
+        sessions.setdefault(r.session, []).append(r)
+    firsts = [r.first for rounds in sessions.values() for r in rounds if r.first is not None]
+    origin = min(firsts) if firsts else None
+    tasks = tuple(_session_task(s, rounds, origin) for s, rounds in sessions.items())
+    return Workload(tasks, (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}),))

@@ -1,0 +1,264 @@
+"""Claude Code (kv-cache-tester JSON) importer: counts and fields against the raw files, sub-agents,
+hash id namespaces, native round trip, and errors that name the file, JSON path and field."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ErrorPolicy, InputError
+from simulator.traces import claude_code, detect, load, native
+from simulator.traces.prefix import namespace
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "traces" / "claude-code"
+WEKA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "weka-claude-code"
+needs_weka = pytest.mark.skipif(not WEKA.is_dir(), reason="shared Weka traces not present")
+
+
+def _raw_counts(folder: Path) -> tuple[int, int, int]:
+    """(files, requests including nested sub-agent requests, sub-agent entries), straight from JSON."""
+    calls = subs = 0
+
+    def walk(requests):
+        nonlocal calls, subs
+        for req in requests:
+            if req.get("type") == "subagent":
+                subs += 1
+                walk(req["requests"])
+            else:
+                calls += 1
+
+    files = sorted(folder.glob("*.json"))
+    for file in files:
+        walk(json.loads(file.read_text())["requests"])
+    return len(files), calls, subs
+
+
+def _parent_requests(file: Path) -> list[dict]:
+    return [r for r in json.loads(file.read_text())["requests"] if r.get("type") != "subagent"]
+
+
+@needs_weka
+def test_whole_shared_folder_counts_match_the_raw_json_and_round_trip(tmp_path):
+    workload = load([WEKA])
+    assert workload.counts() == _raw_counts(WEKA)
+    assert {t.id for t in workload.tasks} == {p.stem for p in WEKA.glob("*.json")}
+    assert workload.provenance[0].format == "claude-code"
+    out = tmp_path / "weka.jsonl"  # about 100 MB: removed at once
+    try:
+        native.write(workload, out)
+        assert load([out]).tasks == workload.tasks
+    finally:
+        out.unlink(missing_ok=True)
+
+
+@needs_weka
+def test_every_parent_call_carries_its_request_fields():
+    tasks = {t.id: t for t in load([WEKA]).tasks}
+    for file in sorted(WEKA.glob("*.json")):
+        task = tasks[file.stem]
+        raw = _parent_requests(file)
+        assert [c.input_tokens for c in task.calls] == [r["in"] for r in raw]
+        assert [c.output_tokens for c in task.calls] == [r["out"] for r in raw]
+        assert [c.sent_at for c in task.calls] == [r["t"] for r in raw]
+        assert [c.server_time for c in task.calls] == [r.get("api_time") for r in raw]
+        assert [len(c.hash_ids) for c in task.calls] == [len(r["hash_ids"]) for r in raw]
+        if not task.subtasks:
+            assert [c.gap for c in task.calls] == [r.get("think_time", 0.0) for r in raw]
+        assert task.task_class == "claude-code" and task.arrival == 0.0
+
+
+def test_subagents_of_trace_0277():
+    task = load([SAMPLES / "trace_0277.json"]).tasks[0]
+    raw = json.loads((SAMPLES / "trace_0277.json").read_text())["requests"]
+    subs = [r for r in raw if r.get("type") == "subagent"]
+    assert len(task.subtasks) == 4
+    assert [s.task.id for s in task.subtasks] == [f"trace_0277/{r['agent_id']}" for r in subs]
+    assert [s.task.task_class for s in task.subtasks] == ["Explore", "Explore", "Explore", "Plan"]
+    assert [len(s.task.calls) for s in task.subtasks] == [len(r["requests"]) for r in subs]
+    # Each sub-agent ends at its entry's t and started duration_ms earlier, right after a parent call;
+    # the parent sent nothing while they ran, so it waits for all of them.
+    assert [s.after_call for s in task.subtasks] == [0, 0, 0, 6]
+    assert all(s.wait for s in task.subtasks)
+    first = task.subtasks[0].task.calls[0]
+    assert (first.input_tokens, first.output_tokens, first.model) == (11651, 205, "claude-haiku-4-5-20251001")
+    assert first.hash_ids[0] == namespace("trace_0277") | 1448
+    # The call after the three waited Explore agents: recorded think_time 209 s includes the wait for
+    # the longest of them (191.873 s), which the behaviour already spends joining them.
+    assert task.calls[1].sent_at == 228.0
+    assert task.calls[1].gap == pytest.approx(209.0 - 191.873)
+    assert task.calls[2].gap == 8.0
+
+
+def test_exact_fields_of_a_small_session():
+    task = load([SAMPLES / "trace_0103.json"]).tasks[0]
+    call = task.calls[1]
+    assert (call.input_tokens, call.output_tokens, call.gap, call.sent_at) == (15966, 130, 2.0, 5.0)
+    assert (call.server_time, call.stop_reason, call.block_size) == (2.04, "tool_use", 64)
+    assert call.model == "claude-haiku-4-5-20251001"
+    base = namespace("trace_0103")
+    assert call.hash_ids[:3] == (base | 1, base | 2, base | 3)
+    assert call.hash_ids[234] == base | 238  # where this prompt departs from the first one
+
+
+def test_local_ids_never_collide_across_files_whatever_the_order():
+    a, b = SAMPLES / "trace_0242.json", SAMPLES / "trace_0103.json"
+    raw_a = json.loads(a.read_text())["requests"][0]["hash_ids"]
+    raw_b = json.loads(b.read_text())["requests"][0]["hash_ids"]
+    assert set(raw_a) & set(raw_b)  # the raw local ids do overlap
+    one = {t.id: t for t in load([a, b]).tasks}
+    two = {t.id: t for t in load([b, a]).tasks}
+    assert one == two
+    ids_a = {h for c in one["trace_0242"].calls for h in c.hash_ids}
+    ids_b = {h for c in one["trace_0103"].calls for h in c.hash_ids}
+    assert not ids_a & ids_b
+    assert max(ids_a | ids_b) < 2**63
+
+
+def test_global_scope_keeps_ids(tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"id": "g", "block_size": 64, "hash_id_scope": "global", "requests": [
+        {"t": 0.0, "in": 128, "out": 1, "hash_ids": [7, 8]}]}))
+    call = load([path]).tasks[0].calls[0]
+    assert call.hash_ids == (7, 8) and call.gap == 0.0 and call.server_time is None
+
+
+def test_samples_round_trip_through_native(tmp_path):
+    workload = load([SAMPLES])
+    assert workload.counts() == _raw_counts(SAMPLES)
+    out = tmp_path / "w.jsonl"
+    native.write(workload, out)
+    again = load([out])
+    assert again.tasks == workload.tasks
+    assert again.provenance == workload.provenance
+
+
+def test_sniff_claims_only_its_files(tmp_path):
+    assert detect(SAMPLES / "trace_0288.json") is claude_code
+    out = tmp_path / "n.jsonl"
+    native.write(load([SAMPLES / "trace_0288.json"]), out)
+    assert detect(out) is native
+    assert not claude_code.sniff(out, out.read_bytes()[:65536])
+
+
+# ---- malformed input -------------------------------------------------------------------------
+
+def _session(requests, **top) -> dict:
+    return {"id": "s", "block_size": 64, "hash_id_scope": "local", "requests": requests, **top}
+
+
+def _req(t, n_in=128, out=5, **extra) -> dict:
+    return {"t": t, "type": "n", "in": n_in, "out": out, "hash_ids": [1, 2], "think_time": 1.0, **extra}
+
+
+def _write(tmp_path, doc, name="bad.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+@pytest.mark.parametrize(
+    "bad, where, field",
+    [
+        ({"in": -3}, "$.requests[1].in", "in"),
+        ({"out": "many"}, "$.requests[1].out", "out"),
+        ({"in": None}, "$.requests[1].in", "in"),
+        ({"t": 0.5}, "$.requests[1].t", "t"),  # goes backwards from 1.0
+        ({"think_time": -1}, "$.requests[1].think_time", "think_time"),
+        ({"hash_ids": [1, "x"]}, "$.requests[1].hash_ids", "hash_ids"),
+    ],
+)
+def test_bad_request_names_file_path_and_field(tmp_path, bad, where, field):
+    second = {**_req(2.0), **bad}
+    path = _write(tmp_path, _session([_req(1.0), second, _req(3.0)]))
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.file == str(path) and err.value.path == where and err.value.field == field
+    assert "bad.json" in str(err.value) and where in str(err.value)
+
+
+def test_missing_field_is_reported(tmp_path):
+    req = _req(1.0)
+    del req["out"]
+    with pytest.raises(InputError) as err:
+        load([_write(tmp_path, _session([req]))])
+    assert err.value.path == "$.requests[0].out" and "missing" in str(err.value)
+
+
+def test_error_inside_a_subagent_has_the_nested_path(tmp_path):
+    sub = {"t": 5.0, "type": "subagent", "agent_id": "a1", "subagent_type": "Explore", "duration_ms": 2000,
+           "requests": [_req(0.0), _req(1.0, out=-1)]}
+    with pytest.raises(InputError) as err:
+        load([_write(tmp_path, _session([_req(1.0), sub, _req(6.0)]))])
+    assert err.value.path == "$.requests[1].requests[1].out"
+
+
+def test_skip_policy_leaves_bad_requests_out_and_counts_them(tmp_path):
+    doc = _session([_req(1.0), _req(2.0, n_in=-1), _req(3.0, out="x"), _req(4.0), _req(2.5)])
+    workload = load([_write(tmp_path, doc)], on_error="skip")
+    task = workload.tasks[0]
+    assert [c.sent_at for c in task.calls] == [1.0, 4.0]
+    notes = workload.provenance[0].notes
+    assert sum(int(n.split()[1]) for n in notes) == 3
+    assert any("in:" in n for n in notes) and any("t:" in n for n in notes)
+
+
+def test_skipped_subagent_request_keeps_the_rest(tmp_path):
+    sub = {"t": 5.0, "type": "subagent", "agent_id": "a1", "duration_ms": 2000,
+           "requests": [_req(0.0), _req(1.0, out=-1)]}
+    task = load([_write(tmp_path, _session([_req(1.0), sub, _req(6.0)]))], on_error="skip").tasks[0]
+    assert len(task.subtasks) == 1 and len(task.subtasks[0].task.calls) == 1
+    assert task.subtasks[0].task.task_class == "subagent"
+    assert task.subtasks[0].after_call == 0 and task.subtasks[0].wait
+
+
+def test_background_subagent_does_not_block_the_parent(tmp_path):
+    # Runs from t=2 to t=10 while the parent sends at t=4 and t=6.
+    sub = {"t": 10.0, "type": "subagent", "agent_id": "bg", "duration_ms": 8000, "requests": [_req(0.0)]}
+    task = load([_write(tmp_path, _session([_req(1.0), _req(4.0), _req(6.0), sub, _req(12.0)]))]).tasks[0]
+    assert task.subtasks[0].after_call == 0 and not task.subtasks[0].wait
+    assert [c.gap for c in task.calls] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_nested_subagents(tmp_path):
+    inner = {"t": 2.0, "type": "subagent", "agent_id": "inner", "duration_ms": 1000, "requests": [_req(0.0)]}
+    outer = {"t": 5.0, "type": "subagent", "agent_id": "outer", "duration_ms": 4000,
+             "requests": [_req(0.0), inner, _req(3.0)]}
+    workload = load([_write(tmp_path, _session([_req(0.5), outer, _req(6.0)]))])
+    assert workload.counts() == (1, 5, 2)
+    outer_task = workload.tasks[0].subtasks[0].task
+    assert outer_task.id == "s/outer" and outer_task.subtasks[0].task.id == "s/outer/inner"
+    assert outer_task.subtasks[0].after_call == 0
+
+
+def test_truncated_json_names_the_line(tmp_path):
+    text = json.dumps(_session([_req(1.0), _req(2.0)]), indent=1)
+    path = _write(tmp_path, text[: len(text) // 2])
+    with pytest.raises(InputError) as err:
+        claude_code.read(path, ErrorPolicy())
+    assert err.value.line is not None and err.value.line > 1
+    assert "invalid JSON" in str(err.value) and f"bad.json:{err.value.line}" in str(err.value)
+
+
+def test_empty_file(tmp_path):
+    path = _write(tmp_path, "   \n")
+    with pytest.raises(InputError, match="empty file"):
+        load([path], format="claude-code")
+    with pytest.raises(InputError, match="empty file"):
+        load([path])
+
+
+def test_no_requests_at_all(tmp_path):
+    with pytest.raises(InputError) as err:
+        load([_write(tmp_path, _session([]))])
+    assert err.value.path == "$.requests"
+    with pytest.raises(InputError) as err:
+        load([_write(tmp_path, {"id": "x", "block_size": 64, "requests": 3})])
+    assert err.value.field == "requests"
+
+
+def test_bad_block_size(tmp_path):
+    with pytest.raises(InputError) as err:
+        load([_write(tmp_path, _session([_req(1.0)], block_size=0))])
+    assert err.value.field == "block_size"

@@ -1,0 +1,251 @@
+"""TraceLab importers (round_trace.jsonl and replay CSVs) and the prefix id helper: counts and
+fields against the raw rows, timing from events, synthesised prefix reuse, native round trip, errors."""
+
+import csv
+import itertools
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import InputError
+from simulator.traces import detect, load, native, tracelab, tracelab_csv
+from simulator.traces.prefix import extend_prefix, fresh_ids, namespace
+
+SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "tracelab"
+JSONL = SAMPLES / "round_trace.jsonl"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tracelab"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="shared TraceLab traces not present")
+
+
+def _shared_prefix(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+# ---- prefix helper ---------------------------------------------------------------------------
+
+def test_extend_prefix_keeps_whole_reused_blocks_then_fresh_ids():
+    fresh = itertools.count(100)
+    first = extend_prefix((), 0, 200, 64, fresh)
+    assert first == (100, 101, 102)  # 200 // 64 blocks, the partial one has no id
+    second = extend_prefix(first, 150, 400, 64, fresh)
+    assert second == (100, 101, 103, 104, 105, 106)  # 150 // 64 = 2 reused
+    # Reuse beyond the previous prompt can only repeat what it had.
+    third = extend_prefix(first, 10_000, 320, 64, fresh)
+    assert third[:3] == first and len(third) == 5 and third[3:] == (107, 108)
+    assert extend_prefix(second, 400, 130, 64, fresh) == (100, 101)
+    with pytest.raises(ValueError):
+        extend_prefix((), 0, 10, 0, fresh)
+
+
+def test_namespaces_are_deterministic_distinct_and_fit_int64():
+    assert namespace("a") == namespace("a") != namespace("b")
+    assert namespace("a") % 2**32 == 0 and namespace("zz") < 2**63
+    assert next(fresh_ids("a")) == namespace("a") + 1
+
+
+# ---- round_trace.jsonl -----------------------------------------------------------------------
+
+def _raw_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [JSONL]
+    + ([SHARED / "example_sessions" / "derived" / "round_trace.jsonl"] if SHARED.is_dir() else []),
+)
+def test_jsonl_counts_and_token_fields_match_the_rows(path):
+    rows = _raw_rows(path)
+    workload = load([path])
+    assert workload.counts() == (len({r["session_id"] for r in rows}), len(rows), 0)
+    tasks = {t.id: t for t in workload.tasks}
+    for session, task in tasks.items():
+        mine = sorted((r for r in rows if r["session_id"] == session), key=lambda r: r["round_index"])
+        assert [c.input_tokens for c in task.calls] == [r["input_tokens_total"] for r in mine]
+        assert [c.output_tokens for c in task.calls] == [r["output_tokens"] for r in mine]
+        assert task.task_class == mine[0]["provider"]
+        for prev, call, row in zip(task.calls, task.calls[1:], mine[1:]):
+            expected = min(row["prefix_tokens"] // 64, len(prev.hash_ids), len(call.hash_ids))
+            assert _shared_prefix(prev.hash_ids, call.hash_ids) == expected
+            assert len(call.hash_ids) == row["input_tokens_total"] // 64
+
+
+def test_jsonl_timing_comes_from_events():
+    rows = {(r["provider"], r["round_index"]): r for r in _raw_rows(JSONL)}
+    tasks = {t.task_class: t for t in load([JSONL]).tasks}
+    codex, claude = tasks["codex"], tasks["claude"]
+    # Round 1 is sent when its last tool result arrived; round 0 ended with its usage report.
+    assert codex.calls[1].gap == pytest.approx(
+        _ts(rows["codex", 1]["timing_events"][2]["timestamp"]) - _ts(rows["codex", 0]["timing_events"][-1]["timestamp"])
+    )
+    assert codex.calls[1].gap == pytest.approx(1.162)
+    # Parallel tools: the gap is the longest tool, not their sum.
+    lat = [t["tool_wall_latency_ms"] for t in rows["claude", 0]["tools"]]
+    assert claude.calls[1].gap == pytest.approx(max(lat) / 1000, abs=0.002)
+    # A user message after a round without tools: the user's think time (19.9 s), which tool
+    # latencies alone would miss.
+    assert rows["claude", 4]["tools"] == []
+    assert claude.calls[5].gap == pytest.approx(_ts("2026-06-01T05:42:43.333Z") - _ts("2026-06-01T05:42:23.420Z"))
+    assert claude.calls[0].server_time == pytest.approx(_ts("2026-06-01T05:40:31.647Z") - _ts("2026-06-01T05:40:20.151Z"))
+    assert claude.calls[0].sent_at == 0.0 and claude.calls[1].sent_at == pytest.approx(30.787)
+    # Arrivals: relative to the earliest session in the file.
+    assert codex.arrival == 0.0
+    assert claude.arrival == pytest.approx(_ts("2026-06-01T05:40:20.151Z") - _ts("2026-03-21T10:05:59.328Z"))
+
+
+def test_jsonl_without_timestamps_falls_back_to_tool_latency(tmp_path):
+    rows = [
+        {"session_id": "s", "round_index": 1, "input_tokens_total": 300, "prefix_tokens": 200, "output_tokens": 5},
+        {"session_id": "s", "round_index": 0, "input_tokens_total": 200, "prefix_tokens": 0, "output_tokens": 9,
+         "tools": [{"tool_wall_latency_ms": 1500}, {"tool_wall_latency_ms": 400}]},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    task = load([path]).tasks[0]
+    assert [c.output_tokens for c in task.calls] == [9, 5]  # ordered by round_index
+    assert [c.gap for c in task.calls] == [0.0, 1.5]
+    assert task.calls[1].server_time is None and task.arrival == 0.0 and task.task_class == "tracelab"
+
+
+@pytest.mark.parametrize(
+    "row, field",
+    [
+        ({"output_tokens": -1}, "output_tokens"),
+        ({"input_tokens_total": "big"}, "input_tokens_total"),
+        ({"prefix_tokens": 10_000}, "prefix_tokens"),
+        ({"session_id": None}, "session_id"),
+        ({"round_index": 0}, "round_index"),  # a second round 0
+    ],
+)
+def test_jsonl_bad_row_names_line_and_field(tmp_path, row, field):
+    good = {"session_id": "s", "round_index": 0, "input_tokens_total": 300, "prefix_tokens": 0, "output_tokens": 5}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "round_index": 1, **row}) + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 3 and err.value.field == field and "r.jsonl:3" in str(err.value)
+    workload = load([path], on_error="skip")
+    assert workload.counts() == (1, 1, 0)
+    assert "skipped 1 record(s)" in workload.provenance[0].notes[0]
+
+
+def test_jsonl_bad_json_and_bad_timestamp(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"session_id": "s", "round_index": 0, "input_tokens_total": 1, "output_tokens": 1}\n{"session_id": ')
+    with pytest.raises(InputError) as err:
+        load([path], format="tracelab")
+    assert err.value.line == 2 and "invalid JSON" in str(err.value)
+    path.write_text(json.dumps({"session_id": "s", "round_index": 0, "input_tokens_total": 1, "output_tokens": 1,
+                                "timing_events": [{"event_type": "text", "timestamp": "yesterday"}]}) + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.path == "$.timing_events[0].timestamp"
+
+
+def test_jsonl_empty_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n")
+    with pytest.raises(InputError, match="empty file"):
+        load([path])
+    with pytest.raises(InputError, match="empty file"):
+        load([path], format="tracelab")
+
+
+# ---- replay CSVs -----------------------------------------------------------------------------
+
+def _csv_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("name", ["multi_session_example.csv", "multi_session_large.csv", "session_workload_example.csv"])
+def test_csv_counts_and_fields_match_the_rows(name):
+    path = SAMPLES / name
+    rows = _csv_rows(path)
+    tasks = {t.id: t for t in load([path]).tasks}
+    sessions = {r["session_id"] for r in rows}
+    assert set(tasks) == {f"{path.stem}:{s}" for s in sessions}
+    assert sum(len(t.calls) for t in tasks.values()) == len(rows)
+    for session in sessions:
+        mine = sorted((r for r in rows if r["session_id"] == session), key=lambda r: int(r["round_idx"]))
+        task = tasks[f"{path.stem}:{session}"]
+        assert [c.input_tokens for c in task.calls] == [int(r["prefix_len"]) + int(r["input_len"]) for r in mine]
+        assert [c.output_tokens for c in task.calls] == [int(r["output_len"]) for r in mine]
+        assert [c.gap for c in task.calls] == [0.0] + [int(r["tool_wait_after_ms"]) / 1000 for r in mine[:-1]]
+        assert task.arrival == int(mine[0].get("arrival_time") or 0) / 1000
+        for prev, call, row in zip(task.calls, task.calls[1:], mine[1:]):
+            assert _shared_prefix(prev.hash_ids, call.hash_ids) == min(int(row["prefix_len"]) // 64, len(prev.hash_ids))
+
+
+def test_csv_exact_values_of_the_multi_session_example():
+    tasks = {t.id: t for t in load([SAMPLES / "multi_session_example.csv"]).tasks}
+    s2 = tasks["multi_session_example:2"]
+    assert s2.arrival == 0.5
+    assert [(c.input_tokens, c.output_tokens, c.gap) for c in s2.calls] == [(600, 64, 0.0), (784, 48, 0.05), (864, 48, 0.05)]
+    assert s2.calls[1].hash_ids[:9] == s2.calls[0].hash_ids[:9] and len(s2.calls[1].hash_ids) == 12
+
+
+def test_csv_canonical_header_form(tmp_path):
+    path = tmp_path / "canon.csv"
+    path.write_text("id,input_len,output_len,arrival_time,round_idx,tool_wait_after_ms,prefix_len\n"
+                    "a,100,10,2500,1,0,228\n"
+                    "a,200,20,2500,0,750,0\n")
+    assert detect(path) is tracelab_csv
+    task = load([path]).tasks[0]
+    assert task.id == "canon:a" and task.arrival == 2.5
+    assert [(c.input_tokens, c.output_tokens, c.gap) for c in task.calls] == [(200, 20, 0.0), (328, 10, 0.75)]
+
+
+def test_csv_bad_cell_names_line_and_column(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
+                    "0,0,0,512,64,100\n"
+                    "0,1,576,lots,64,0\n"
+                    "0,2,576,-5,64,0\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 3 and err.value.field == "input_len" and "column 4" in str(err.value)
+    workload = load([path], on_error="skip")
+    assert workload.counts() == (1, 1, 0)
+    assert "skipped 2 record(s)" in workload.provenance[0].notes[0]
+
+
+def test_csv_missing_column_and_empty(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("session_id,round_idx,prefix_len,input_len,output_len\n0,0,0,1,1\n")
+    with pytest.raises(InputError) as err:
+        load([path], format="tracelab-csv")
+    assert err.value.line == 1 and err.value.field == "tool_wait_after_ms"
+    path.write_text("")
+    with pytest.raises(InputError, match="empty file"):
+        load([path], format="tracelab-csv")
+
+
+# ---- both --------------------------------------------------------------------------------------
+
+def test_sniffing_picks_the_right_importer():
+    assert detect(JSONL) is tracelab
+    assert detect(SAMPLES / "multi_session_large.csv") is tracelab_csv
+
+
+def test_sample_folder_round_trips_through_native(tmp_path):
+    workload = load([SAMPLES])
+    assert {p.format for p in workload.provenance} == {"tracelab", "tracelab-csv"}
+    assert workload.counts() == (2 + 52, 19 + 322, 0)
+    out = tmp_path / "w.jsonl"
+    native.write(workload, out)
+    again = load([out])
+    assert again.tasks == workload.tasks and again.provenance == workload.provenance
+
+
+@needs_shared
+def test_samples_equal_the_shared_originals():
+    shared = load([SHARED / "example_sessions" / "sanitized" / "round_trace.jsonl"])
+    assert shared.tasks == load([JSONL]).tasks
+    assert load([SHARED / "replay" / "examples"]).counts() == (52, 322, 0)
