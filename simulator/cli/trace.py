@@ -1,0 +1,152 @@
+"""`agentload trace inspect|convert|compare`: look at a trace, turn it into the native format, compare two."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Optional
+
+from ..errors import InputError
+from ..model.fidelity import compare_workloads
+from ..stats import LABELS, MARGINALS, WorkloadStats, workload_stats
+from ..traces import formats, load, native
+from ..workload import Workload
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `trace` command group."""
+    parser = subparsers.add_parser("trace", help="inspect, convert and compare traces")
+    sub = parser.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+
+    inspect = sub.add_parser("inspect", help="counts, distributions, prefix reuse and arrivals of a trace")
+    inspect.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (read as one workload)")
+    _input_options(inspect)
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    inspect.set_defaults(func=_inspect)
+
+    convert = sub.add_parser("convert", help="write traces in the native JSONL format")
+    convert.add_argument("paths", nargs="+", metavar="IN", help="trace files or folders (merged into one output)")
+    convert.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="native file to write")
+    _input_options(convert)
+    convert.set_defaults(func=_convert)
+
+    compare = sub.add_parser("compare", help="how closely trace B resembles trace A (KS distances, ratios B/A)")
+    compare.add_argument("a", metavar="A", help="reference trace (file or folder)")
+    compare.add_argument("b", metavar="B", help="trace compared with A")
+    compare.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    compare.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    compare.set_defaults(func=_compare)
+
+
+class _Formats:
+    """`--format` choices, looked up only when used, so a broken importer cannot break every command."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in formats()
+
+    def __iter__(self):
+        return iter(formats())
+
+
+def _input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=_Formats(), default=None, help="trace format (default: detect)")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    stats = workload_stats(load(args.paths, args.format, args.on_error))
+    if args.json:
+        print(json.dumps(stats.to_dict(), indent=2))
+    else:
+        _print_stats(stats)
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    workload = load(args.paths, args.format, args.on_error)
+    try:
+        native.write(workload, args.output)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=args.output) from None
+    tasks, calls, subtasks = workload.counts()
+    print(f"wrote {args.output}: native format v{native.VERSION}, {tasks} tasks, {calls} calls, {subtasks} sub-tasks")
+    for note in _notes(workload):
+        print(f"  note: {note}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    a = load([args.a], None, args.on_error)
+    b = load([args.b], None, args.on_error)
+    comparison = compare_workloads(a, b)
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b, **comparison.to_dict()}, indent=2))
+        return 0
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"A = {args.a}\nB = {args.b}")
+    for table in comparison.tables():
+        console.print(table)
+    return 0
+
+
+def _notes(workload: Workload) -> list[str]:
+    return [f"{p.source} ({p.format}): {n}" for p in workload.provenance for n in p.notes]
+
+
+def _print_stats(stats: WorkloadStats) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    counts = Table(title="Workload")
+    counts.add_column("tasks", justify="right")
+    counts.add_column("calls", justify="right")
+    counts.add_column("sub-tasks", justify="right")
+    counts.add_column("sources")
+    sources = ", ".join(f"{p['source']} ({p['format']})" for p in stats.provenance) or "-"
+    counts.add_row(str(stats.tasks), str(stats.calls), str(stats.subtasks), sources)
+    console.print(counts)
+
+    dist = Table(title="Distributions")
+    dist.add_column("", no_wrap=True)
+    for col in ("count", "mean", "p50", "p90", "p99", "max"):
+        dist.add_column(col, justify="right")
+    for name in MARGINALS:
+        d = getattr(stats, name)
+        dist.add_row(LABELS[name], str(d.count), *(_num(getattr(d, f)) for f in ("mean", "p50", "p90", "p99", "max")))
+    console.print(dist)
+
+    reuse = stats.prefix_reuse
+    prefix = Table(title="Prefix reuse (share of input tokens served from blocks seen before)")
+    prefix.add_column("within task", justify="right")
+    prefix.add_column("across tasks", justify="right")
+    prefix.add_column("input with hash ids", justify="right")
+    prefix.add_row(_pct(reuse.within_task), _pct(reuse.across_tasks), _pct(reuse.hashed_input_share))
+    console.print(prefix)
+
+    arr = stats.arrivals
+    arrivals = Table(title="Arrivals (top-level tasks)")
+    for col in ("span (s)", "rate (tasks/s)", "inter-arrival CV", *(f"IoD {w}" for w in arr.index_of_dispersion)):
+        arrivals.add_column(col, justify="right")
+    arrivals.add_row(_num(arr.span_s), _num(arr.rate_per_s), _num(arr.interarrival_cv),
+                     *(_num(v) for v in arr.index_of_dispersion.values()))
+    console.print(arrivals)
+
+    notes = [f"{p['source']} ({p['format']}): {n}" for p in stats.provenance for n in p["notes"]]
+    for note in notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _num(value: Optional[Any]) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    if abs(value) >= 1000 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
