@@ -14,17 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Iterator, Optional
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 NonNegInt = Annotated[int, Field(ge=0)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 DEFAULT_CLASS = "default"
 
+# Field docstrings become descriptions in the generated JSON Schema.
+_SCHEMA_CONFIG = ConfigDict(use_attribute_docstrings=True)
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
     """One request to the model inside a task."""
+
+    __pydantic_config__ = _SCHEMA_CONFIG
 
     input_tokens: NonNegInt
     """Prompt length in tokens (the whole context sent, cached or not)."""
@@ -52,6 +57,8 @@ class Call:
 class SubTask:
     """A sub-agent spawned by its parent task."""
 
+    __pydantic_config__ = _SCHEMA_CONFIG
+
     after_call: Annotated[int, Field(ge=-1)]
     """Index of the parent's call after whose end the sub-task starts (-1: at the parent's start)."""
     task: Task
@@ -63,6 +70,8 @@ class SubTask:
 @dataclass(frozen=True, slots=True)
 class Task:
     """An agent task: a chain of calls with gaps between them, and the sub-agents it spawns."""
+
+    __pydantic_config__ = _SCHEMA_CONFIG
 
     id: str
     calls: tuple[Call, ...]
