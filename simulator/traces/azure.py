@@ -65,9 +65,9 @@ def _tokens(text: str, name: str, line: int, field: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise InputError(f"expected a whole number of tokens, got {text!r}", file=name, line=line, field=field) from None
+        raise InputError("expected a whole number of tokens", file=name, line=line, field=field) from None
     if value < 0:
-        raise InputError(f"negative token count {value}", file=name, line=line, field=field)
+        raise InputError("negative token count", file=name, line=line, field=field)
     return value
 
 
@@ -88,19 +88,19 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         i_time, i_in, i_out = (where[c] for c in COLUMNS)
         width = max(i_time, i_in, i_out) + 1
         origin: tuple[int, float] | None = None
-        last, last_line = -1.0, 0
+        last = -1.0
         for row_number, row in enumerate(reader):
             line = reader.line_num
             if not row:
                 continue
             try:
                 if len(row) < width:
-                    raise InputError(f"row has {len(row)} fields, expected {len(header)}", file=name, line=line,
+                    raise InputError("row has too few fields", file=name, line=line,
                                      field=header[len(row)].strip())
                 try:
                     stamp = clock.parse(row[i_time])
                 except ValueError:
-                    raise InputError(f"not a timestamp: {row[i_time]!r}", file=name, line=line, field=TIME) from None
+                    raise InputError("not a timestamp", file=name, line=line, field=TIME) from None
                 n_in = _tokens(row[i_in], name, line, INPUT)
                 n_out = _tokens(row[i_out], name, line, OUTPUT)
                 if origin is None:
@@ -109,13 +109,13 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 arrival = round((stamp[0] - origin[0]) * 86400 + (stamp[1] - origin[1]), 7)
                 if arrival < last:
                     raise InputError(
-                        f"timestamp goes backwards ({row[i_time]} is earlier than line {last_line})",
+                        "goes backwards: earlier than the row before it",
                         file=name, line=line, field=TIME,
                     )
             except InputError as exc:
                 policy.bad(exc)
                 continue
-            last, last_line = arrival, line
+            last = arrival
             tasks.append(Task(f"azure-{row_number:06d}", (Call(n_in, n_out),), arrival))
     if not tasks:
         raise InputError("no requests found", file=name)

@@ -68,25 +68,25 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         i_session = where.get("sessionid")
         width = max(i_time, i_in, i_out) + 1
         origin: Optional[float] = None
-        last, last_line = -math.inf, 0
+        last = -math.inf
         for row_number, row in enumerate(reader):
             line = reader.line_num
             if not row:
                 continue
             try:
                 if len(row) < width:
-                    raise InputError(f"row has {len(row)} fields, expected {len(header)}", file=name, line=line,
+                    raise InputError("row has too few fields", file=name, line=line,
                                      field=header[len(row)].strip())
                 ts = _number(row[i_time], name, line, label["timestamp"])
                 n_in = _tokens(row[i_in], name, line, label["requesttokens"])
                 n_out = _tokens(row[i_out], name, line, label["responsetokens"])
                 if ts < last:
-                    raise InputError(f"timestamp {ts} goes backwards (line {last_line} has {last})",
+                    raise InputError("goes backwards: earlier than the row before it",
                                      file=name, line=line, field=label["timestamp"])
             except InputError as exc:
                 policy.bad(exc)
                 continue
-            last, last_line = ts, line
+            last = ts
             if origin is None:
                 origin = ts
             if n_out == 0:
@@ -133,7 +133,7 @@ def _number(text: str, name: str, line: int, field: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise InputError(f"expected seconds, got {text!r}", file=name, line=line, field=field)
+        raise InputError("expected a number of seconds", file=name, line=line, field=field)
     return value
 
 
@@ -146,8 +146,8 @@ def _tokens(text: str, name: str, line: int, field: str) -> int:
         except ValueError:
             as_float = math.nan
         if not as_float.is_integer():
-            raise InputError(f"expected a whole number of tokens, got {text!r}", file=name, line=line, field=field) from None
+            raise InputError("expected a whole number of tokens", file=name, line=line, field=field) from None
         value = int(as_float)  # pandas-written files may say "18.0"
     if value < 0:
-        raise InputError(f"negative token count {value}", file=name, line=line, field=field)
+        raise InputError("negative token count", file=name, line=line, field=field)
     return value

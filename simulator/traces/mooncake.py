@@ -23,10 +23,11 @@ the send time from the task's first request; ``arrival`` is the task's first sen
 
 from __future__ import annotations
 
-import orjson
 import math
 from array import array as _array
 from pathlib import Path
+
+import orjson
 
 from ..errors import ErrorPolicy, InputError
 from ..workload import Call, Provenance, Task, Workload
@@ -59,14 +60,14 @@ def _parse(obj: object, name: str, number: int) -> tuple[float, int, int, tuple[
         if key not in obj:
             raise InputError("missing field", file=name, line=number, field=key)
     ts = obj["timestamp"]
-    if type(ts) not in (int, float) or not math.isfinite(ts):
-        raise InputError(f"expected a number of milliseconds, got {ts!r}", file=name, line=number, field="timestamp")
+    if type(ts) not in _NUMBER or not math.isfinite(ts):
+        raise InputError("expected a number of milliseconds", file=name, line=number, field="timestamp")
     for key in ("input_length", "output_length"):
         value = obj[key]
         if type(value) is not int:
-            raise InputError(f"expected a whole number of tokens, got {value!r}", file=name, line=number, field=key)
+            raise InputError("expected a whole number of tokens", file=name, line=number, field=key)
         if value < 0:
-            raise InputError(f"negative token count {value}", file=name, line=number, field=key)
+            raise InputError("negative token count", file=name, line=number, field=key)
     hashes = obj["hash_ids"]
     try:
         if type(hashes) is not list:
@@ -84,42 +85,40 @@ class _Sessions:
         # last block id of an open key -> the latest request with that key. With Mooncake's ids (a block id
         # stands for its whole prefix) equal last ids mean equal keys, so keeping the latest loses nothing.
         self.open: dict[int, int] = {}
-        self.keys: list[tuple[int, ...]] = []
-        self.inputs: list[int] = []
-        self.task_of: list[int] = []
-        self.continued = bytearray()
+        self.info: list[tuple[tuple[int, ...], int, int]] = []  # per request: (key, input length, task)
+        self.continued: set[int] = set()
         self.tasks: list[list[int]] = []
         self.branches = 0
 
     def add(self, input_length: int, hashes: tuple[int, ...]) -> None:
         """Place the next request: continue an earlier one's task or start a new task."""
-        number = len(self.keys)
-        parent = self._parent(input_length, hashes)
+        number = len(self.info)
+        common = self.open.keys() & hashes  # set intersection in C: open keys ending at one of our blocks
+        parent = self._parent(common, input_length, hashes) if common else None
         if parent is None:
-            self.task_of.append(len(self.tasks))
+            task = len(self.tasks)
             self.tasks.append([number])
         else:
-            self.continued[parent] = 1
-            task = self.task_of[parent]
-            self.task_of.append(task)
+            self.continued.add(parent)
+            task = self.info[parent][2]
             self.tasks[task].append(number)
         key = hashes[: input_length // BLOCK_SIZE]
-        self.keys.append(key)
-        self.inputs.append(input_length)
-        self.continued.append(0)
+        self.info.append((key, input_length, task))
         if len(key) >= MIN_JOIN_BLOCKS:
             self.open[key[-1]] = number
 
-    def _parent(self, input_length: int, hashes: tuple[int, ...]) -> int | None:
+    def _parent(self, common: set[int], input_length: int, hashes: tuple[int, ...]) -> int | None:
         """The earlier request this one continues, or None (a new task)."""
-        common = self.open.keys() & hashes  # set intersection in C: open keys ending at one of our blocks
-        if not common:
-            return None
-        open_, keys = self.open, self.keys
-        found = sorted((len(keys[open_[last]]), open_[last]) for last in common)
-        for k, cand in found[: -MAX_CANDIDATES - 1 : -1]:  # longest keys first
-            if k < len(hashes) and hashes[:k] == keys[cand] and self.inputs[cand] < input_length:
-                if self.continued[cand]:
+        open_, info = self.open, self.info
+        if len(common) == 1:
+            cand = open_[common.pop()]
+            found = [(len(info[cand][0]), cand)]
+        else:
+            found = sorted(((len(info[open_[last]][0]), open_[last]) for last in common), reverse=True)
+        for k, cand in found[:MAX_CANDIDATES]:  # longest keys first
+            key, length, _ = info[cand]
+            if k < len(hashes) and length < input_length and hashes[:k] == key:
+                if cand in self.continued:
                     self.branches += 1
                     return None
                 return cand
@@ -133,7 +132,6 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     sessions = _Sessions()
     add = sessions.add
     last_ts = -math.inf
-    last_line = 0
     loads = orjson.loads
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
@@ -152,17 +150,15 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 except InputError as exc:
                     policy.bad(exc)
                     continue
-            except ValueError as exc:
+            except ValueError:
                 if raw.strip():
-                    policy.bad(InputError(f"not JSON ({exc})", file=name, line=number))
+                    policy.bad(InputError("not JSON (truncated or malformed line)", file=name, line=number))
                 continue
             if ts < last_ts:
-                policy.bad(InputError(
-                    f"timestamp {ts} goes backwards (line {last_line} has {last_ts})",
-                    file=name, line=number, field="timestamp",
-                ))
+                policy.bad(InputError("goes backwards: earlier than the line before it", file=name, line=number,
+                                      field="timestamp"))
                 continue
-            last_ts, last_line = ts, number
+            last_ts = ts
             records.append((ts, n_in, n_out, hashes))
             add(n_in, hashes)
     if not records:

@@ -124,7 +124,7 @@ class _Reader:
             return value
         if isinstance(value, str) and value.isdigit():  # OTLP JSON writes 64-bit integers as strings
             return int(value)
-        raise self.error(f"expected unsigned nanoseconds, got {value!r}", line, f"{path}.{key}", key)
+        raise self.error("expected unsigned nanoseconds", line, f"{path}.{key}", key)
 
     def attributes(self, items: Any, line: Optional[int], path: str) -> dict[str, Any]:
         if not isinstance(items, list):
@@ -136,8 +136,8 @@ class _Reader:
                 raise self.error("expected {key, value}", line, where, "key")
             try:
                 out[item["key"]] = _value(item.get("value") or {})
-            except (TypeError, ValueError):
-                raise self.error(f"bad value {item.get('value')!r}", line, f"{where}.value", item["key"]) from None
+            except (TypeError, ValueError, KeyError, AttributeError):
+                raise self.error("bad attribute value", line, f"{where}.value", item["key"]) from None
         return out
 
 
@@ -176,8 +176,8 @@ def _exports(path: Path, name: str, policy: ErrorPolicy) -> Iterator[tuple[Optio
     for n in filled:
         try:
             obj = orjson.loads(lines[n])
-        except orjson.JSONDecodeError as exc:
-            policy.bad(InputError(f"not JSON: {exc.msg} (column {exc.colno})", file=name, line=n + 1))
+        except orjson.JSONDecodeError:
+            policy.bad(InputError("not JSON (truncated or malformed line)", file=name, line=n + 1))
             continue
         yield n + 1, obj
 
@@ -284,7 +284,7 @@ class _Builder:
                 value = span.attrs[key]
                 if type(value) is not int or value < 0:
                     line, path = span.where
-                    raise InputError(f"expected a token count, got {value!r}", file=self.name, line=line,
+                    raise InputError("expected a whole, non-negative token count", file=self.name, line=line,
                                      path=f"{path}.attributes", field=key)
                 return value
         line, path = span.where
