@@ -1,0 +1,95 @@
+"""`agentload serve-emulator`: run the built-in OpenAI-compatible emulator until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ..errors import InputError
+from ..live.emulator import Emulator, EmulatorSettings, parse_fault
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `serve-emulator` command."""
+    parser = subparsers.add_parser(
+        "serve-emulator",
+        help="run a vLLM-like OpenAI-compatible server without a model (for tests and dry runs)",
+        description=(
+            "Serve /v1/models, /health, /v1/completions, /v1/chat/completions and /tokenize like vLLM. "
+            "With --ttft/--itl every stream gets exactly those times; otherwise a batching model "
+            "(--prefill-per-token, --decode-per-seq, --decode-base) decides them."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (the URL is printed)")
+    parser.add_argument("--model", default="agentload-emulator", help="served model name")
+    parser.add_argument("--max-model-len", type=int, default=131072)
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--ttft", type=float, help="fixed seconds to the first token")
+    parser.add_argument("--itl", type=float, help="fixed seconds between tokens")
+    parser.add_argument("--prefill-per-token", type=float, default=0.0, help="step seconds per uncached prompt token")
+    parser.add_argument("--decode-per-seq", type=float, default=0.0, help="step seconds per running sequence")
+    parser.add_argument("--decode-base", type=float, default=0.0, help="fixed seconds of every step")
+    parser.add_argument("--max-num-seqs", type=int, default=1024)
+    parser.add_argument("--block-size", type=int, default=16, help="prefix-cache block size in tokens")
+    parser.add_argument(
+        "--fault", action="append", default=[], metavar="KIND:RATE",
+        help="inject a fault in a fraction of requests: http_NNN, reset, stall, malformed (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
+    parser.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace) -> EmulatorSettings:
+    """Validated settings from the parsed arguments."""
+    for name in ("ttft", "itl", "prefill_per_token", "decode_per_seq", "decode_base"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise InputError(f"must not be negative, got {value}", file="command line", field="--" + name.replace("_", "-"))
+    for name in ("max_model_len", "vocab_size", "max_num_seqs", "block_size"):
+        if getattr(args, name) <= 0:
+            raise InputError("must be positive", file="command line", field="--" + name.replace("_", "-"))
+    faults = tuple(parse_fault(text) for text in args.fault)
+    if sum(rate for _, rate in faults) > 1.0:
+        raise InputError("fault rates add up to more than 1", file="--fault", field="rate")
+    return EmulatorSettings(
+        model=args.model,
+        max_model_len=args.max_model_len,
+        vocab_size=args.vocab_size,
+        ttft=args.ttft,
+        itl=args.itl,
+        prefill_per_token=args.prefill_per_token,
+        decode_per_seq=args.decode_per_seq,
+        decode_base=args.decode_base,
+        max_num_seqs=args.max_num_seqs,
+        block_size=args.block_size,
+        faults=faults,
+        seed=args.seed,
+    )
+
+
+async def serve(settings: EmulatorSettings, host: str, port: int) -> None:
+    """Run until cancelled, printing the URL once listening."""
+    emulator = Emulator(settings)
+    url = await emulator.start(host, port)
+    print(f"agentload emulator listening on {url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await emulator.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    try:
+        import uvloop  # optional: the 'fast' extra
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        runner(serve(settings, args.host, args.port))
+    except KeyboardInterrupt:
+        print("agentload emulator stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,374 @@
+"""The HTTP client of live runs: sends one call to an OpenAI-compatible server (vLLM above all), streaming,
+and turns what happened into a `CallRecord`.
+
+Times are taken on `time.perf_counter` and reported in seconds since the run's start `t0`. The actual
+send time is taken when the request is written to the connection (after connection setup and any wait
+of the client's own, which therefore show as client lag, not as server time). TTFT runs from the actual send to the first chunk that carries generated text (or token ids);
+inter-token gaps are the times between later content chunks. Token counts come from the final ``usage``
+chunk (asked for with ``stream_options.include_usage``). Server and network faults never raise: they
+become records with ``ok=False``, an ``error_class`` and the server's own message when it gave one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import aiohttp
+
+from ..behaviour import CallRequest
+from ..metrics.records import CallRecord
+from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
+from .sse import SSEError, SSEParser
+
+ERROR_BODY_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to send calls (plain settings; the scenario loader builds it)."""
+
+    base_url: str
+    """e.g. ``http://127.0.0.1:8000``, with or without a trailing ``/v1``."""
+    model: Optional[str] = None
+    """None: ask ``GET /v1/models`` once and take the first."""
+    api: Literal["completions", "chat"] = "completions"
+    api_key: Optional[str] = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer``; never logged or written."""
+    headers: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = 10.0
+    stall_timeout: float = 60.0
+    """Most seconds without a byte, before the first byte and mid-stream."""
+    total_timeout: Optional[float] = None
+    max_connections: int = 0
+    """0: unlimited. A call waiting for a free connection shows that wait as client lag."""
+    share_prefixes: bool = True
+    """False: salt every call's prefix blocks so nothing is shared (a cache-hit control)."""
+    vocab_size: int = 32000
+    """Token ids of prompts are drawn from [10, vocab_size - 10)."""
+
+    @property
+    def root(self) -> str:
+        """The base URL without a trailing slash or ``/v1``."""
+        url = self.base_url.rstrip("/")
+        return url[:-3] if url.endswith("/v1") else url
+
+
+class _TimedBody(aiohttp.BytesPayload):
+    """A JSON request body that notes when aiohttp starts writing it (with the coalesced headers):
+    the honest actual send time, after any wait of the client's own."""
+
+    def __init__(self, data: bytes, state: "_Stream") -> None:
+        super().__init__(data, content_type="application/json")
+        self._state = state
+
+    async def write(self, writer: Any) -> None:
+        self._state.sent = time.perf_counter()
+        await super().write(writer)
+
+    async def write_with_length(self, writer: Any, content_length: Optional[int]) -> None:
+        self._state.sent = time.perf_counter()
+        await super().write_with_length(writer, content_length)
+
+
+class _CallFailed(Exception):
+    def __init__(self, error_class: str, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.status = status
+
+
+def error_message(body: bytes) -> str:
+    """The message of an error body in vLLM's shapes (``{"error": {"message": ...}}``,
+    ``{"object": "error", "message": ...}``, ``{"error": "..."}``), else the body's text."""
+    text = body[:ERROR_BODY_LIMIT].decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return text
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str) and error:
+            return error
+        if data.get("message"):
+            return str(data["message"])
+        if data.get("detail"):
+            return str(data["detail"])
+    return text
+
+
+def _has_content(choice: dict[str, Any]) -> bool:
+    if choice.get("text") or choice.get("token_ids"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+        )
+    return False
+
+
+class Client:
+    """Sends calls to one `Target` over one shared connection pool; use as ``async with``."""
+
+    def __init__(self, target: Target, t0: float, prompts: Optional[PromptBuilder] = None) -> None:
+        self.target = target
+        self.t0 = t0
+        self.prompts = prompts or PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes)
+        self.model: Optional[str] = target.model
+        self.calibration: TextCalibration = ASSUMED_CALIBRATION
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._setup_lock = asyncio.Lock()
+        self._ready = False
+        root = target.root
+        self._url = root + ("/v1/chat/completions" if target.api == "chat" else "/v1/completions")
+        self._headers = {"Content-Type": "application/json", **target.headers}
+        if target.api_key:
+            self._headers["Authorization"] = f"Bearer {target.api_key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=target.connect_timeout, sock_read=target.stall_timeout
+        )
+
+    async def __aenter__(self) -> "Client":
+        connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
+        try:
+            await self.setup()
+        except _CallFailed:
+            pass  # the server may come up later; the first send tries again and records the failure
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def setup(self) -> None:
+        """Find the model (when not given) and, for chat, calibrate the prompt text; once."""
+        if self._ready:
+            return
+        async with self._setup_lock:
+            if self._ready:
+                return
+            if self.model is None:
+                self.model = await self._first_model()
+            if self.target.api == "chat":
+                self.calibration = await calibrate_text(self._tokenize, self.model)
+                self.prompts.calibration = self.calibration
+            self._ready = True
+
+    async def _first_model(self) -> str:
+        assert self._session is not None
+        try:
+            async with self._session.get(self.target.root + "/v1/models", headers=self._headers) as resp:
+                body = await resp.read()
+                if resp.status >= 400:
+                    raise _CallFailed(f"http_{resp.status // 100}xx", error_message(body), resp.status)
+                return str(json.loads(body)["data"][0]["id"])
+        except _CallFailed:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise _CallFailed("malformed", f"GET /v1/models: unexpected answer ({exc})") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _CallFailed(*_classify(exc)) from None
+
+    async def _tokenize(self, body: dict[str, Any]) -> Optional[dict[str, Any]]:
+        assert self._session is not None
+        try:
+            async with self._session.post(self.target.root + "/tokenize", json=body, headers=self._headers) as resp:
+                if resp.status != 200:
+                    return None
+                data = await resp.json(content_type=None)
+                return data if isinstance(data, dict) else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+
+    def _body(self, request: CallRequest) -> str:
+        call = request.call
+        out = call.output_tokens
+        head = {
+            "model": self.model,
+            "max_tokens": out,
+            "min_tokens": out,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.target.api == "chat":
+            head["messages"] = self.prompts.messages(request)
+            return json.dumps(head)
+        return json.dumps(head)[:-1] + ', "prompt": ' + self.prompts.token_ids_json(request) + "}"
+
+    async def send(self, request: CallRequest, intended_send: float) -> tuple[CallRecord, list[float]]:
+        """Send one call, streaming; return its record and its inter-token gaps in seconds.
+
+        Never raises for server or network faults: they become records with ``ok=False``."""
+        assert self._session is not None, "use Client as 'async with'"
+        gaps: list[float] = []
+        state = _Stream()
+        started = time.perf_counter()
+        try:
+            if not self._ready:
+                await self.setup()
+            data = _TimedBody(self._body(request).encode(), state)
+            started = time.perf_counter()
+            if self.target.total_timeout is not None:
+                async with asyncio.timeout(self.target.total_timeout):
+                    await self._exchange(data, state, gaps)
+            else:
+                await self._exchange(data, state, gaps)
+        except _CallFailed as exc:
+            state.fail(exc.error_class, exc.message, exc.status)
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ClientError):
+                state.fail(*_classify(exc))
+            else:
+                state.fail("timeout", f"no complete response within total_timeout={self.target.total_timeout}s")
+        except aiohttp.ClientError as exc:
+            state.fail(*_classify(exc))
+        except OSError as exc:
+            state.fail("connect" if state.status is None else "reset", f"{type(exc).__name__}: {exc}")
+        end = time.perf_counter()
+        actual = state.sent if state.sent is not None else started
+        return self._record(request, intended_send, actual, end, state, gaps), gaps
+
+    async def _exchange(self, data: _TimedBody, state: "_Stream", gaps: list[float]) -> None:
+        assert self._session is not None
+        async with self._session.post(self._url, data=data, headers=self._headers) as resp:
+            state.status = resp.status
+            if resp.status >= 400:
+                body = await resp.content.read(ERROR_BODY_LIMIT)
+                kind = "http_4xx" if resp.status < 500 else "http_5xx"
+                raise _CallFailed(kind, f"HTTP {resp.status}: {error_message(body)}", resp.status)
+            try:
+                await self._read_stream(resp, state, gaps)
+            except _CallFailed:
+                resp.close()  # drop the connection: the rest of this stream must not be read as the next
+                raise
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, state: "_Stream", gaps: list[float]) -> None:
+        parser = SSEParser()
+        perf = time.perf_counter
+        loads = json.loads
+        content = resp.content
+        while True:
+            chunk = await content.readany()
+            now = perf()
+            try:
+                events = parser.feed(chunk) if chunk else parser.close()
+            except SSEError as exc:
+                raise _CallFailed("malformed", str(exc)) from None
+            if not chunk and not events:
+                raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
+            for event in events:
+                if event == "[DONE]":
+                    return
+                try:
+                    payload = loads(event)
+                    state.take(payload, now, gaps)
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                    raise _CallFailed("malformed", f"bad stream event {event[:120]!r}: {exc}") from None
+            if not chunk:
+                raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
+
+    def _record(
+        self, request: CallRequest, intended: float, actual: float, end: float, state: "_Stream", gaps: list[float]
+    ) -> CallRecord:
+        t0 = self.t0
+        call = request.call
+        usage = state.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        ok = state.error_class is None
+        return CallRecord(
+            task_id=request.task_id,
+            task_class=request.task_class,
+            call_index=request.call_index,
+            attempt=request.attempt,
+            intended_send=intended,
+            actual_send=actual - t0,
+            end=end - t0,
+            ok=ok,
+            ttft=None if state.first is None else state.first - actual,
+            itl_count=len(gaps),
+            itl_mean=sum(gaps) / len(gaps) if gaps else None,
+            itl_max=max(gaps) if gaps else None,
+            input_tokens=int(usage.get("prompt_tokens", call.input_tokens if ok else 0)),
+            output_tokens=int(usage.get("completion_tokens", state.chunks)),
+            requested_output_tokens=call.output_tokens,
+            cached_tokens=None if cached is None else int(cached),
+            status=state.status,
+            error_class=state.error_class,
+            error_message=state.error_message,
+        )
+
+
+class _Stream:
+    """What one response has shown so far."""
+
+    __slots__ = ("sent", "status", "first", "last", "chunks", "usage", "error_class", "error_message")
+
+    def __init__(self) -> None:
+        self.sent: Optional[float] = None
+        self.status: Optional[int] = None
+        self.first: Optional[float] = None
+        self.last = 0.0
+        self.chunks = 0
+        self.usage: Optional[dict[str, Any]] = None
+        self.error_class: Optional[str] = None
+        self.error_message: Optional[str] = None
+
+    def take(self, payload: dict[str, Any], now: float, gaps: list[float]) -> None:
+        """Account one stream event that arrived at `now`."""
+        if "error" in payload and not payload.get("choices"):
+            error = payload["error"]
+            message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+            code = error.get("code") if isinstance(error, dict) else None
+            kind = "http_4xx" if isinstance(code, int) and 400 <= code < 500 else "http_5xx"
+            raise _CallFailed(kind, f"error in stream: {message}")
+        usage = payload.get("usage")
+        if usage:
+            self.usage = usage
+        choices = payload.get("choices")
+        if not choices:
+            return
+        # After the first token, an empty chunk is still a token whose text is not complete yet.
+        if self.first is None:
+            if not _has_content(choices[0]):
+                return
+            self.first = now
+        else:
+            gaps.append(now - self.last)
+        self.last = now
+        self.chunks += 1
+
+    def fail(self, error_class: str, message: str, status: Optional[int] = None) -> None:
+        self.error_class = error_class
+        self.error_message = message
+        if status is not None:
+            self.status = status
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """(error class, message) for an aiohttp or OS exception."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect", text
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "stall", text
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect", text
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
+        return "reset", text
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"http_{exc.status // 100}xx" if exc.status >= 400 else "malformed", text
+    if isinstance(exc, aiohttp.ClientError):
+        return "reset", text
+    return "timeout", text

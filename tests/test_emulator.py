@@ -1,0 +1,255 @@
+"""The emulator: vLLM's wire format, errors, prefix cache, timing models and faults."""
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+
+from simulator.errors import InputError
+from simulator.live.emulator import (
+    BatchTiming,
+    Emulator,
+    EmulatorSettings,
+    FixedTiming,
+    PrefixCache,
+    parse_fault,
+    run_emulator,
+)
+
+
+async def post(url, path, body, headers=None):
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + path, json=body, headers=headers or {}) as resp:
+            return resp.status, await resp.read()
+
+
+async def test_models_health_and_tokenize():
+    async with run_emulator(model="m1", max_model_len=4096) as url:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "/health") as resp:
+                assert resp.status == 200
+            async with session.get(url + "/v1/models") as resp:
+                data = await resp.json()
+        assert data["data"][0]["id"] == "m1" and data["data"][0]["max_model_len"] == 4096
+        status, body = await post(url, "/tokenize", {"prompt": [11, 12, 13]})
+        assert status == 200 and json.loads(body)["count"] == 3
+        status, body = await post(url, "/tokenize", {"prompt": "one two three four"})
+        assert json.loads(body)["count"] == 4
+        status, body = await post(url, "/tokenize", {"messages": [{"role": "user", "content": "a b c"}]})
+        assert json.loads(body)["count"] == 3 + 3 + 4
+
+
+async def test_non_streaming_completion_and_chat():
+    async with run_emulator() as url:
+        status, body = await post(url, "/v1/completions", {"prompt": [20] * 50, "max_tokens": 7})
+        data = json.loads(body)
+        assert status == 200
+        assert data["usage"]["prompt_tokens"] == 50 and data["usage"]["completion_tokens"] == 7
+        assert len(data["choices"][0]["text"].split()) == 7
+        status, body = await post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 3})
+        data = json.loads(body)
+        assert data["object"] == "chat.completion" and data["usage"]["completion_tokens"] == 3
+        assert data["usage"]["prompt_tokens"] == 3 + 4 + 2
+
+
+async def test_streaming_chunks_usage_and_done():
+    async with run_emulator() as url:
+        async with aiohttp.ClientSession() as session:
+            body = {"prompt": [20] * 40, "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                raw = (await resp.read()).decode()
+    events = [line[6:] for line in raw.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    assert len(texts) == 5
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    "body,status,needle",
+    [
+        ({"prompt": [20] * 200, "max_tokens": 4}, 400, "maximum context length is 100 tokens. However, your prompt contains 200 input tokens"),
+        ({"prompt": [20] * 90, "max_tokens": 20, "min_tokens": 20}, 400, "min_tokens must be less than or equal to max_tokens=10, got 20."),
+        ({"prompt": [20] * 5, "max_tokens": 0}, 400, "max_tokens must be at least 1"),
+        ({"prompt": [20] * 5, "max_tokens": 2, "temperature": -1}, 400, "temperature"),
+        ({"prompt": [20] * 5, "max_tokens": 2, "stream_options": {"include_usage": True}}, 400, "Stream options"),
+        ({"prompt": [99999], "max_tokens": 2}, 400, "out of vocabulary"),
+        ({"prompt": {"x": 1}}, 400, "'prompt' must be"),
+        ({"prompt": [20], "model": "nope"}, 404, "The model `nope` does not exist."),
+    ],
+)
+async def test_errors_in_vllm_shape(body, status, needle):
+    async with run_emulator(max_model_len=100) as url:
+        got, raw = await post(url, "/v1/completions", body)
+    error = json.loads(raw)["error"]
+    assert got == status and error["code"] == status
+    assert needle in error["message"]
+    assert error["type"] in ("BadRequestError", "NotFoundError")
+
+
+async def test_max_tokens_capped_by_the_context_like_vllm():
+    async with run_emulator(max_model_len=100) as url:
+        status, raw = await post(url, "/v1/completions", {"prompt": [20] * 90, "max_tokens": 20})
+    assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 10
+
+
+async def test_bad_json_and_api_key():
+    async with run_emulator(api_key="sekret") as url:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/v1/completions", data=b"{nope", headers={"Authorization": "Bearer sekret"}) as resp:
+                assert resp.status == 400 and "Invalid JSON" in (await resp.json())["error"]["message"]
+        status, _ = await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1})
+        assert status == 401
+
+
+def test_prefix_cache_counts_leading_blocks_only():
+    cache = PrefixCache(block_size=4, capacity=100)
+    a = list(range(10, 30))
+    assert cache.lookup_and_insert(a) == 0
+    assert cache.lookup_and_insert(a[:12] + [99] * 8) == 12
+    assert cache.lookup_and_insert([1, 2, 3, 4] + a[4:]) == 0  # same blocks after a different one do not count
+    assert cache.lookup_and_insert(a) == 16  # a full hit still computes the last block
+
+
+def test_prefix_cache_evicts_least_recent():
+    cache = PrefixCache(block_size=2, capacity=3)
+    cache.lookup_and_insert([1, 2, 3, 4, 5, 6])
+    cache.lookup_and_insert([7, 8, 9, 10])
+    assert cache.lookup_and_insert([1, 2, 3, 4, 5, 6, 0]) == 0
+
+
+async def test_fixed_timing_yields_on_absolute_schedule():
+    timing = FixedTiming(ttft=0.02, itl=0.005)
+    start = time.perf_counter()
+    times = []
+    async for n in timing.tokens(start, 10, 10, 4):
+        assert n == 1
+        times.append(time.perf_counter() - start)
+    assert len(times) == 4
+    for i, t in enumerate(times):
+        assert t >= 0.02 + i * 0.005  # never early
+
+
+async def test_batch_timing_serves_all_streams_in_shared_steps():
+    timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0)
+    counts = [3, 5, 8]
+
+    async def consume(n):
+        got = 0
+        async for k in timing.tokens(0.0, 10, 10, n):
+            got += k
+        return got
+
+    try:
+        assert await asyncio.gather(*(consume(n) for n in counts)) == counts
+        # all three ran in the same steps: 8 steps (plus admission) serve 16 tokens
+        assert timing.steps <= 9
+    finally:
+        await timing.close()
+
+
+async def test_batch_timing_drops_abandoned_streams():
+    timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0)
+    try:
+        gen = timing.tokens(0.0, 10, 10, 1000)
+        assert await gen.__anext__() == 1
+        await gen.aclose()
+        async for _ in timing.tokens(0.0, 10, 10, 2):
+            pass
+        assert timing._running == [] or all(s.gone for s in timing._running)
+    finally:
+        await timing.close()
+
+
+def test_parse_fault():
+    assert parse_fault("http_503:0.25") == ("http_503", 0.25)
+    assert parse_fault("reset") == ("reset", 1.0)
+    for bad, field in (("boom:0.1", "kind"), ("http_200:0.1", "kind"), ("stall:x", "rate"), ("stall:2", "rate")):
+        with pytest.raises(InputError) as info:
+            parse_fault(bad)
+        assert info.value.field == field
+
+
+async def test_global_faults_are_seeded():
+    async def statuses(seed):
+        async with run_emulator(faults=(("http_503", 0.5),), seed=seed) as url:
+            return [(await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}))[0] for _ in range(20)]
+
+    first = await statuses(1)
+    assert first == await statuses(1)
+    async with run_emulator(faults=("http_503:0.5",), seed=1) as url:  # the command line's form
+        assert [(await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}))[0] for _ in range(20)] == first
+    assert set(first) == {200, 503}
+
+
+async def test_fault_header_http_status():
+    async with run_emulator() as url:
+        status, raw = await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}, {"X-Agentload-Fault": "http_429"})
+        assert status == 429 and "injected fault" in json.loads(raw)["error"]["message"]
+        status, raw = await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}, {"X-Agentload-Fault": "bogus"})
+        assert status == 400
+
+
+async def test_emulator_object_counts_requests():
+    emulator = Emulator(EmulatorSettings(ttft=0.0, itl=0.0))
+    async with emulator:
+        await post(emulator.url, "/v1/completions", {"prompt": [20], "max_tokens": 2})
+    assert emulator.requests == 1 and emulator.max_active_streams == 1
+
+
+def test_serve_emulator_rejects_bad_options(capsys):
+    from simulator.cli import main
+
+    assert main(["serve-emulator", "--fault", "boom:0.1"]) == 2
+    assert "unknown fault 'boom'" in capsys.readouterr().err
+    assert main(["serve-emulator", "--fault", "reset:0.7", "--fault", "stall:0.7"]) == 2
+    assert main(["serve-emulator", "--itl", "-1"]) == 2
+    assert "--itl" in capsys.readouterr().err
+
+
+def test_serve_emulator_settings():
+    from simulator.cli import build_parser
+    from simulator.cli.serve_emulator import settings_from
+
+    args = build_parser().parse_args(
+        ["serve-emulator", "--ttft", "0.05", "--itl", "0.01", "--fault", "http_500:0.1", "--max-model-len", "2048"]
+    )
+    settings = settings_from(args)
+    assert (settings.ttft, settings.itl, settings.max_model_len) == (0.05, 0.01, 2048)
+    assert settings.faults == (("http_500", 0.1),)
+    assert isinstance(Emulator(settings).timing, FixedTiming)
+    args = build_parser().parse_args(["serve-emulator", "--decode-per-seq", "0.001"])
+    assert isinstance(Emulator(settings_from(args)).timing, BatchTiming)
+
+
+async def test_chat_stream_opens_with_the_role_chunk():
+    async with run_emulator() as url:
+        async with aiohttp.ClientSession() as session:
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+            async with session.post(url + "/v1/chat/completions", json=body) as resp:
+                raw = (await resp.read()).decode()
+    events = [json.loads(line[6:]) for line in raw.split("\n\n") if line.startswith("data: {")]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert [e["choices"][0]["delta"]["content"] != "" for e in events[1:]] == [True] * 3
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert "usage" not in events[-1]  # not asked for
+
+
+async def test_batch_timing_respects_max_num_seqs():
+    """Requests beyond max_num_seqs wait for a free slot (counted in scheduler steps, not time)."""
+    timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0, max_num_seqs=2)
+
+    async def consume(n):
+        async for _ in timing.tokens(0.0, 1, 1, n):
+            pass
+
+    try:
+        await asyncio.gather(*(consume(4) for _ in range(4)))
+        # only two run at once: four streams of four tokens take at least eight steps
+        assert timing.steps >= 8
+    finally:
+        await timing.close()
