@@ -82,6 +82,8 @@ class TaskRecord:
     """Set for sub-agent tasks."""
     failed_call: Optional[int] = None
     error_class: Optional[str] = None
+    time_in_ttft: float = 0.0
+    """Part of `time_in_calls` before first tokens (queueing and prefill); the rest is decode."""
 
     @property
     def completion_time(self) -> float:

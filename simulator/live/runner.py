@@ -1,0 +1,181 @@
+"""One live run of a scenario, end to end: target (or the built-in emulator), client, driver, result
+folder, summary. The command line (`agentload run`) adds only argument parsing and the display.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Optional
+
+from ..behaviour import RetryPolicy
+from ..errors import InputError
+from ..metrics import histograms, results
+from ..metrics.results import LiveCounters, ResultWriter, Window
+from ..metrics.summary import summarize
+from ..scenario import Scenario
+from ..workload import Workload
+from .driver import Driver, DriverResult
+
+TICK = 0.5
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for the live display."""
+
+    elapsed: float
+    tasks_total: int
+    tasks_started: int
+    in_flight: int
+    counters: LiveCounters
+
+
+def measurement_window(scenario: Scenario, workload: Workload) -> Window:
+    """[warmup, end of arrivals - cooldown]; open-ended without a cooldown."""
+    run = scenario.run
+    if run.cooldown <= 0:
+        return Window(run.warmup, None)
+    arrivals_end = run.duration if run.duration is not None else max(t.arrival for t in workload.tasks)
+    end = arrivals_end - run.cooldown
+    if end < run.warmup:
+        raise InputError(
+            f"warm-up ({run.warmup:g} s) and cool-down ({run.cooldown:g} s) leave no measurement window "
+            f"in {arrivals_end:g} s of arrivals", file=scenario.source, path="run.cooldown")
+    return Window(run.warmup, end)
+
+
+def result_folder(scenario: Scenario, output: Optional[str]) -> Path:
+    """-o DIR as given, else run.output/<name>-<timestamp>."""
+    if output:
+        folder = Path(output)
+    else:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = Path(scenario.run.output) / f"{scenario.display_name()}-{stamp}"
+    if (folder / results.RUN_FILE).exists():
+        raise InputError("result folder already holds a run; choose another with -o", file=str(folder))
+    return folder
+
+
+def planned_counts(workload: Workload) -> dict[str, int]:
+    tasks, calls, subtasks = workload.counts()
+    return {"tasks": tasks, "calls": calls, "subtasks": subtasks}
+
+
+@contextlib.asynccontextmanager
+async def _target(scenario: Scenario) -> AsyncIterator[Any]:
+    """The client's Target: the scenario's, or the built-in emulator started for this run."""
+    from .client import Target
+
+    spec = scenario.target
+    if spec is None:
+        from .emulator import run_emulator
+
+        try:
+            emulator = run_emulator(**scenario.emulator)
+        except TypeError as exc:
+            raise InputError(f"bad emulator setting: {exc}", file=scenario.source, path="emulator") from None
+        async with emulator as base_url:
+            yield Target(base_url=base_url)
+        return
+    api_key = None
+    if spec.api_key_env:
+        api_key = os.environ.get(spec.api_key_env)
+        if api_key is None:
+            raise InputError(f"environment variable {spec.api_key_env} is not set", file=scenario.source,
+                             path="target.api_key_env", field="api_key_env")
+    fields = spec.model_dump(exclude={"api_key_env"})
+    yield Target(api_key=api_key, **fields)
+
+
+async def run_scenario(
+    scenario: Scenario,
+    workload: Workload,
+    folder: Path,
+    *,
+    on_progress: Optional[Callable[[Progress], None]] = None,
+    handle_sigint: bool = True,
+    on_driver: Optional[Callable[[Driver], None]] = None,
+) -> tuple[dict[str, Any], DriverResult]:
+    """Replay `workload` as `scenario` says, writing the result folder; returns (summary, how it ended)."""
+    from .client import Client
+
+    window = measurement_window(scenario, workload)
+    planned = planned_counts(workload)
+    run = scenario.run
+    with ResultWriter(folder, window) as writer:
+        async with _target(scenario) as target:
+            writer.write_run_info({
+                "scenario": scenario.display_name(),
+                "scenario_file": scenario.source,
+                "settings": scenario.model_dump(mode="json", by_alias=True),
+                "base_url": target.base_url,
+                "emulator": scenario.target is None,
+                "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                "window": {"start": window.start, "end": window.end},
+                "planned": planned,
+            })
+            async with Client(target, time.perf_counter()) as client:
+                # the schedule starts once the client is set up (model lookup, calibration), so that
+                # setup is not charged to the first calls as lag
+                t0 = client.t0 = time.perf_counter()
+                driver = Driver(
+                    client, workload, writer, t0=t0,
+                    retry=RetryPolicy(run.retries, run.backoff),
+                    max_in_flight=run.max_in_flight, duration=run.duration, drain=run.drain,
+                )
+                if on_driver is not None:
+                    on_driver(driver)
+                outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint)
+        writer.close()
+        itl = writer.itl
+    summary, hists = summarize(
+        results.read_calls(folder), results.read_tasks(folder), itl=itl, window=window, slo=scenario.slo,
+        planned=planned, partial=outcome.partial, stop_reason=outcome.stop_reason,
+    )
+    summary["scenario"] = scenario.display_name()
+    summary["result_dir"] = str(folder)
+    histograms.save(folder / results.HISTOGRAMS_FILE, hists)
+    results.write_json(folder, results.SUMMARY_FILE, summary)
+    return summary, outcome
+
+
+async def _drive(driver: Driver, writer: ResultWriter, total: int,
+                 on_progress: Optional[Callable[[Progress], None]], handle_sigint: bool) -> DriverResult:
+    loop = asyncio.get_running_loop()
+    sigint = False
+
+    def on_sigint() -> None:
+        # the first Ctrl-C ends the run cleanly; a second one interrupts as usual
+        loop.remove_signal_handler(signal.SIGINT)
+        driver.stop()
+
+    if handle_sigint:
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            sigint = True
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signal support
+            pass
+
+    async def tick() -> None:
+        while True:
+            writer.maybe_flush()
+            if on_progress is not None:
+                on_progress(Progress(driver.now(), total, driver.started, driver.in_flight, writer.counters))
+            await asyncio.sleep(TICK)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        return await driver.run()
+    finally:
+        ticker.cancel()
+        if on_progress is not None:
+            on_progress(Progress(driver.now(), total, driver.started, driver.in_flight, writer.counters))
+        if sigint:
+            loop.remove_signal_handler(signal.SIGINT)

@@ -1,0 +1,342 @@
+"""The scenario file: what to replay (`workload`), against what (`target`), how (`run`), judged by (`slo`).
+
+A scenario is YAML validated by pydantic with unknown keys forbidden. Errors name the file, the line
+(from the YAML node marks) and the YAML path of the bad key. Relative trace and model paths resolve
+against the scenario file's folder; `run.output` resolves against the current directory. Without a
+`target` the run starts the built-in emulator (with the `emulator` settings) and targets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator, PrivateAttr
+
+from .errors import InputError
+from .metrics.slo import Slo
+from .transforms import TransformSpec
+from .transforms import apply as apply_transforms
+from .workload import Workload
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GenerateOptions(_Strict):
+    """How to generate a workload from a workload model."""
+
+    tasks: Optional[int] = Field(None, gt=0, description="Number of top-level tasks to generate.")
+    duration: Optional[float] = Field(None, gt=0, description="Seconds of arrivals to generate.")
+    seed: Optional[int] = Field(None, description="Seed of the generator (default: run.seed).")
+    rate: Optional[float] = Field(None, gt=0, description="Tasks per second, replacing the model's fitted rate.")
+
+    @model_validator(mode="after")
+    def _one_amount(self) -> "GenerateOptions":
+        if self.tasks is not None and self.duration is not None:
+            raise ValueError("give `tasks` or `duration`, not both")
+        return self
+
+
+class WorkloadSpec(_Strict):
+    """Where the tasks come from: a recorded trace, or a workload model to generate from; then transforms."""
+
+    trace: Optional[Union[str, list[str]]] = Field(None, description="Trace file(s) or folder(s); relative to the scenario file.")
+    format: Optional[str] = Field(None, description="Trace format (default: detected from content).")
+    on_error: Literal["raise", "skip"] = Field("raise", description="Stop at a bad trace record, or skip and count it.")
+    model: Optional[str] = Field(None, description="Workload model YAML file to generate tasks from; relative to the scenario file.")
+    generate: Optional[GenerateOptions] = Field(None, description="Generation options (with `model`).")
+    transforms: Optional[TransformSpec] = Field(
+        None, description="Transforms applied to the workload, in the order filter, sample, rate, time, gaps, gap cap, tokens."
+    )
+    stagger: Optional[float] = Field(
+        None, ge=0,
+        description="Re-space top-level arrivals this many seconds apart, in arrival order, after the transforms "
+        "(for traces whose sessions carry no arrival times).",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "WorkloadSpec":
+        if (self.trace is None) == (self.model is None):
+            raise ValueError("give exactly one of `trace` or `model`")
+        if self.generate is not None and self.model is None:
+            raise ValueError("`generate` needs `model`")
+        return self
+
+    def trace_paths(self) -> list[str]:
+        if self.trace is None:
+            return []
+        return [self.trace] if isinstance(self.trace, str) else list(self.trace)
+
+
+class TargetSpec(_Strict):
+    """The server under test: an OpenAI-compatible endpoint (vLLM, ...)."""
+
+    base_url: str = Field(description="e.g. http://localhost:8000 (the /v1/... paths are added).")
+    model: Optional[str] = Field(None, description="Model name to send (default: the server's first model).")
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="completions: token-id prompts of exact length; chat: calibrated text."
+    )
+    api_key_env: Optional[str] = Field(None, description="Name of the environment variable holding the API key.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers.")
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect.")
+    stall_timeout: float = Field(60.0, gt=0, description="Seconds without a byte before a call fails as 'stall'.")
+    total_timeout: Optional[float] = Field(None, gt=0, description="Seconds a call may take in all.")
+    max_connections: int = Field(0, ge=0, description="Connection pool limit (0: unlimited).")
+    share_prefixes: bool = Field(True, description="Build prompts so that equal hash ids share token prefixes.")
+
+
+class RunSpec(_Strict):
+    """How the replay runs. Figures cover the window [warmup, end of arrivals - cooldown]."""
+
+    duration: Optional[float] = Field(
+        None, gt=0, description="Seconds of arrivals: tasks arriving later are not started (default: all)."
+    )
+    max_tasks: Optional[int] = Field(None, gt=0, description="Replay only the first N tasks by arrival.")
+    drain: Optional[float] = Field(
+        None, ge=0, description="Seconds to let in-flight tasks finish after the last arrival before cancelling them (default: no limit)."
+    )
+    warmup: float = Field(0.0, ge=0, description="Seconds at the start whose arrivals and sends are left out of figures.")
+    cooldown: float = Field(0.0, ge=0, description="Seconds at the end of the arrival window left out of figures.")
+    max_in_flight: Optional[int] = Field(
+        None, gt=0, description="Most top-level tasks running at once; later arrivals wait (their lag is reported)."
+    )
+    seed: int = Field(0, description="Seed for generation, sampling and prompt content.")
+    retries: int = Field(0, ge=0, description="Retries of a failed call before its task gives up.")
+    backoff: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles on each further one.")
+    output: str = Field("results", description="Folder under which each run writes its result folder.")
+
+
+class Scenario(_Strict):
+    """A replay scenario: workload + target + run settings + SLO."""
+
+    name: Optional[str] = Field(None, description="Name used for the result folder (default: the file name).")
+    description: Optional[str] = None
+    workload: WorkloadSpec
+    target: Optional[TargetSpec] = Field(None, description="Server under test (default: the built-in emulator).")
+    emulator: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of the built-in emulator, used when `target` is absent."
+    )
+    run: RunSpec = Field(default_factory=RunSpec)
+    slo: Slo = Field(default_factory=Slo)
+
+    @field_validator("emulator")
+    @classmethod
+    def _check_emulator(cls, value: dict[str, Any]) -> dict[str, Any]:
+        known = _emulator_settings()
+        if known is not None:
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(f"unknown emulator setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return value
+
+    _source: Optional[str] = PrivateAttr(None)
+
+    @property
+    def source(self) -> Optional[str]:
+        """The scenario file (set by the loader)."""
+        return self._source
+
+    def base_dir(self) -> Path:
+        """The folder relative workload paths resolve against."""
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        return Path(self.source).stem if self.source else "scenario"
+
+
+def _emulator_settings() -> Optional[set[str]]:
+    try:
+        from .live.emulator import EmulatorSettings  # noqa: PLC0415 - keep scenario loading light
+    except ImportError:
+        return None
+    return {f.name for f in dataclasses.fields(EmulatorSettings)} | {"host", "port"}
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of a scenario file (docs/scenario.schema.json is generated from it)."""
+    schema = Scenario.model_json_schema(by_alias=True)
+    schema["$id"] = "https://agentload.dev/scenario.schema.json"
+    schema["title"] = "agentload scenario"
+    return schema
+
+
+def schema_text() -> str:
+    """docs/scenario.schema.json as it should read."""
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def write_schema(path: str | Path = "docs/scenario.schema.json") -> None:
+    """Regenerate the JSON Schema file of scenarios."""
+    Path(path).write_text(schema_text())
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a scenario file, applying ``key.path=value`` overrides (values parsed as YAML)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
+    return parse(text, str(path), overrides)
+
+
+def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
+    """Validate scenario YAML text; `source` names it in errors and anchors relative paths."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=source,
+                         line=mark.line + 1 if mark else None) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise InputError("a scenario must be a mapping (workload, target, run, slo)", file=source)
+    set_keys = set()
+    for item in overrides:
+        set_keys.add(_apply_override(data, item, source))
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _describe(exc, node, source, set_keys) from None
+    scenario._source = source
+    return scenario
+
+
+def _apply_override(data: dict, item: str, source: str) -> str:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise InputError(f"--set expects key.path=value, got {item!r}", file=source)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    parts = key.split(".")
+    here = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = here.get(part)
+        if nxt is None:
+            nxt = here[part] = {}
+        if not isinstance(nxt, dict):
+            raise InputError(f"--set {key}: {'.'.join(parts[:i + 1])} is not a mapping", file=source)
+        here = nxt
+    here[parts[-1]] = value
+    return key
+
+
+def _describe(exc: ValidationError, root: Any, source: str, set_keys: set[str]) -> InputError:
+    """The first validation problem as an InputError with YAML path and line."""
+    errors = exc.errors()
+    # a value that matches no branch of a union gets one error per branch: the deepest is the useful one
+    first = max(errors, key=lambda e: (len(e["loc"]), -errors.index(e)))
+    loc = [p for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+    # pydantic reports union members as loc parts like 'str' / 'list[str]'; drop those type tags
+    loc = [p for p in loc if p not in ("str", "list[str]")]
+    dotted = ".".join(str(p) for p in loc)
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "required key missing"
+    elif "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
+        message += f" (got {json.dumps(first['input'], default=str)})"
+    line = None
+    if dotted not in set_keys:
+        line = _line_of(root, loc)
+    else:
+        message += " (from --set)"
+    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), None)
+    return InputError(message, file=source, line=line, path=dotted or "$", field=field)
+
+
+def _line_of(node: Any, loc: list) -> Optional[int]:
+    """1-based line of the YAML node at `loc` (the deepest one that exists)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    # a bad or unknown key is best pointed at by the key itself
+                    node, line = value, key.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+# --- what the scenario produces ------------------------------------------------------------------
+
+
+def load_workload(scenario: Scenario) -> Workload:
+    """The workload the scenario replays: read or generated, transformed, cut to `run.max_tasks`."""
+    base = scenario.base_dir()
+    spec = scenario.workload
+    where = scenario.source
+    if spec.trace is not None:
+        from .traces import load as load_traces
+
+        paths = [_resolve(base, p) for p in spec.trace_paths()]
+        workload = load_traces(paths, spec.format, spec.on_error)
+    else:
+        workload = _generate(scenario, _resolve(base, spec.model))
+    if spec.transforms is not None and not spec.transforms.is_identity():
+        try:
+            workload = apply_transforms(workload, spec.transforms, scenario.run.seed)
+        except InputError as exc:
+            exc.file = exc.file or where
+            exc.path = exc.path or "workload.transforms"
+            raise
+    if spec.stagger is not None:
+        ordered = sorted(workload.tasks, key=lambda t: t.arrival)
+        workload = Workload(tuple(dataclasses.replace(t, arrival=i * spec.stagger) for i, t in enumerate(ordered)),
+                            workload.provenance)
+    if scenario.run.max_tasks is not None:
+        tasks = sorted(workload.tasks, key=lambda t: t.arrival)[: scenario.run.max_tasks]
+        workload = Workload(tuple(tasks), workload.provenance)
+    if not workload.tasks:
+        raise InputError("the workload has no tasks", file=where, path="workload")
+    return workload
+
+
+def _resolve(base: Path, path: str) -> Path:
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else base / p
+
+
+def _generate(scenario: Scenario, model_path: Path) -> Workload:
+    """Generate tasks from a workload model file (simulator.model)."""
+    try:
+        from .model.generate import generate
+        from .model.schema import load_model
+    except ImportError:
+        raise InputError("workload models are not available in this build", file=scenario.source,
+                         path="workload.model") from None
+    options = scenario.workload.generate or GenerateOptions()
+    seed = options.seed if options.seed is not None else scenario.run.seed
+    tasks, duration = options.tasks, options.duration
+    if tasks is None and duration is None:
+        tasks, duration = (None, scenario.run.duration) if scenario.run.duration else (scenario.run.max_tasks, None)
+    if tasks is None and duration is None:
+        raise InputError("say how much to generate: workload.generate.tasks or .duration (or run.duration)",
+                         file=scenario.source, path="workload.generate")
+    return generate(load_model(model_path), tasks=tasks, duration=duration, seed=seed, rate=options.rate,
+                    source=str(model_path))

@@ -1,0 +1,150 @@
+"""Scenario files: validation errors name the file, line and YAML path; overrides; path resolution;
+shipped scenarios are valid and refer only to files inside the project; the JSON Schema is current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator import scenario as sc
+from simulator.errors import InputError
+from simulator.traces.native import write
+from simulator.workload import Call, Task, Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = """\
+name: demo
+workload:
+  trace: data/trace.jsonl
+run:
+  max_in_flight: 4
+  warmup: 1.5
+slo:
+  ttft_ms: {p99: 2000}
+  task_s: {p50: 30, "p99.9": 300}
+"""
+
+
+def error_of(text: str, overrides=()) -> InputError:
+    with pytest.raises(InputError) as err:
+        sc.parse(text, "scen.yaml", overrides)
+    return err.value
+
+
+def test_good_scenario_parses_with_defaults():
+    s = sc.parse(GOOD, "x/scen.yaml")
+    assert s.display_name() == "demo" and s.target is None
+    assert s.run.max_in_flight == 4 and s.run.seed == 0 and s.run.retries == 0
+    assert s.slo.task_s.bounds() == {"p50": 30, "p99.9": 300} and s.slo.task_s.item_bound() == 300
+    assert s.base_dir() == (Path.cwd() / "x").resolve()
+
+
+@pytest.mark.parametrize(
+    "text, path, line, words",
+    [
+        (GOOD.replace("  warmup: 1.5", "  warmup: 1.5\n  max_taks: 3"), "run.max_taks", 7, "unknown key"),
+        (GOOD.replace("warmup: 1.5", "warmup: soon"), "run.warmup", 6, "valid number"),
+        (GOOD.replace("{p99: 2000}", "{p98: 2000}"), "slo.ttft_ms.p98", 8, "unknown key"),
+        (GOOD + "target:\n  base_url: http://x\n  api: grpc\n", "target.api", 12, "'completions' or 'chat'"),
+        (GOOD + "target:\n  model: m\n", "target.base_url", 10, "required"),
+        ("run: {seed: 1}\n", "workload", 1, "required"),
+        (GOOD.replace("trace: data/trace.jsonl", "trace: a\n  model: m.yaml"), "workload", 2, "exactly one"),
+    ],
+)
+def test_validation_errors_name_file_line_and_yaml_path(text, path, line, words):
+    err = error_of(text)
+    assert err.file == "scen.yaml" and err.path == path and err.line == line
+    assert words in str(err)
+
+
+def test_invalid_yaml_reports_its_line():
+    err = error_of("workload:\n  trace: [a\nrun: {}\n")
+    assert err.file == "scen.yaml" and err.line is not None and "invalid YAML" in str(err)
+
+
+def test_top_level_must_be_a_mapping():
+    assert "mapping" in str(error_of("- a\n- b\n"))
+
+
+def test_emulator_settings_are_checked():
+    err = error_of(GOOD + "emulator: {ttft: 0.1, tfft: 2}\n")
+    assert err.path == "emulator" and "tfft" in str(err)
+
+
+def test_overrides_set_nested_typed_values_and_are_named_in_errors():
+    s = sc.parse(GOOD, "scen.yaml", ["run.max_tasks=3", "target.base_url=http://h:8000", "slo.tpot_ms.p90=50"])
+    assert s.run.max_tasks == 3 and s.target.base_url == "http://h:8000" and s.slo.tpot_ms.p90 == 50
+    err = error_of(GOOD, ["run.max_tasks=lots"])
+    assert err.path == "run.max_tasks" and "--set" in str(err) and err.line is None
+    assert "key.path=value" in str(error_of(GOOD, ["run.max_tasks"]))
+    assert "not a mapping" in str(error_of(GOOD, ["run.warmup.x=1"]))
+
+
+def test_relative_trace_resolves_against_scenario_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "scen"
+    (folder / "data").mkdir(parents=True)
+    tasks = tuple(Task(f"t{i}", (Call(input_tokens=10, output_tokens=2),), arrival=float(5 - i)) for i in range(5))
+    write(Workload(tasks), folder / "data" / "trace.jsonl")
+    (folder / "s.yaml").write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    s = sc.load(folder / "s.yaml", ["run.max_tasks=2", "workload.stagger=0.25"])
+    workload = sc.load_workload(s)
+    # sorted by arrival, re-spaced, then cut to the first two
+    assert [t.id for t in workload.tasks] == ["t4", "t3"]
+    assert [t.arrival for t in workload.tasks] == [0.0, 0.25]
+
+
+def test_missing_scenario_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError) as err:
+        sc.load(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(err.value)
+
+
+def test_shipped_scenarios_are_valid_and_self_contained():
+    files = sorted((ROOT / "scenarios").glob("*.yaml"))
+    assert any(f.name == "quickstart.yaml" for f in files)
+    for file in files:
+        s = sc.load(file)
+        for p in s.workload.trace_paths() + ([s.workload.model] if s.workload.model else []):
+            resolved = (s.base_dir() / p).resolve()
+            assert resolved.is_relative_to(ROOT), f"{file.name}: {p} is outside the project"
+            assert resolved.exists(), f"{file.name}: {p} does not exist"
+        assert s.target is None, f"{file.name}: shipped scenarios run against the built-in emulator"
+
+
+def test_quickstart_loads_its_workload():
+    pytest.importorskip("simulator.transforms", reason="quickstart needs the workload transforms")
+    s = sc.load(ROOT / "scenarios" / "quickstart.yaml")
+    workload = sc.load_workload(s)
+    assert len(workload.tasks) >= 3
+    arrivals = [t.arrival for t in workload.tasks]
+    assert len(set(arrivals)) == len(arrivals)  # staggered
+    max_len = s.emulator.get("max_model_len")
+    if max_len:
+        assert max(c.input_tokens + c.output_tokens for c in workload.all_calls()) <= max_len
+
+
+def test_schema_file_is_current():
+    assert (ROOT / "docs" / "scenario.schema.json").read_text() == sc.schema_text(), (
+        "regenerate: python -c \"from simulator.scenario import write_schema; write_schema()\"")
+    schema = sc.json_schema()
+    assert schema["additionalProperties"] is False and "workload" in schema["required"]
+    yaml.safe_load(GOOD)  # the documented example is YAML
+
+
+def test_model_workload_is_generated_with_the_scenario_options(tmp_path):
+    from simulator.model.fit import fit_model
+    from simulator.model.schema import save_model
+    from simulator.traces import load as load_traces
+
+    save_model(fit_model(load_traces([ROOT / "traces" / "claude-code"]), allow_fallback=True), tmp_path / "m.yaml")
+    text = "workload:\n  model: m.yaml\n  generate: {tasks: 3, rate: 0.5}\nrun: {seed: 4}\n"
+    (tmp_path / "g.yaml").write_text(text)
+    first = sc.load_workload(sc.load(tmp_path / "g.yaml"))
+    again = sc.load_workload(sc.load(tmp_path / "g.yaml"))
+    other = sc.load_workload(sc.load(tmp_path / "g.yaml", ["run.seed=5"]))
+    assert len(first.tasks) == 3 and first == again and first != other
+    err = error_of("workload:\n  model: m.yaml\n  generate: {tasks: 3, duration: 10}\n")
+    assert err.path == "workload.generate" and "not both" in str(err)
