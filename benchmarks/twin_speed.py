@@ -1,0 +1,120 @@
+"""How fast the server twin simulates (not run as a test; prints its figures).
+
+1. 512 tokens in, 512 out, 256 closed-loop streams (8 requests each) on the GB300 default profile:
+   simulated seconds per wall second (target: >= 1,000x real time).
+2. An agent workload of N calls (default one million): tasks of ~20 calls whose prompt grows turn by
+   turn over a shared prefix (hash ids), tool gaps of seconds, Poisson arrivals; wall seconds for the
+   whole SimPy run, driver included (target: < 60 s on one core).
+
+    .venv/bin/python benchmarks/twin_speed.py [--calls 1000000] [--profile NAME] [--skip-shape]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Iterator
+
+import numpy as np
+
+from simulator.sim.driver import SimDriver
+from simulator.sim.profile import load_profile
+from simulator.sim.shapes import fixed_shape_throughput
+from simulator.workload import Call, Task
+
+
+class CountingSink:
+    """Keeps counts only, so the benchmark measures the simulation, not record storage."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.tasks = 0
+        self.output_tokens = 0
+        self.cached_tokens = 0
+        self.input_tokens = 0
+
+    def call(self, record, gaps=()) -> None:
+        self.calls += 1
+        self.output_tokens += record.output_tokens
+        self.input_tokens += record.input_tokens
+        self.cached_tokens += record.cached_tokens or 0
+
+    def task(self, record) -> None:
+        self.tasks += 1
+
+
+def agent_tasks(calls: int, seed: int, rate: float, trace_block: int) -> Iterator[Task]:
+    """Synthetic agent tasks in arrival order: a system prompt shared by all, a conversation growing
+    turn by turn, tool gaps of seconds. Generated lazily (a million calls of long prompts would hold
+    gigabytes of hash ids at once)."""
+    rng = np.random.default_rng(seed)
+    system = tuple(range(1, 1 + 8192 // trace_block))  # shared 8k-token system prompt and tools
+    made = 0
+    count = 0
+    t = 0.0
+    next_id = 10**6
+    while made < calls:
+        n = min(calls - made, int(rng.integers(5, 36)))
+        t += float(rng.exponential(1.0 / rate))
+        history = list(system)
+        prompt = len(system) * trace_block
+        chain = []
+        for i in range(n):
+            grow = int(rng.lognormal(6.5, 1.0))  # tool results and the previous answer
+            prompt = min(prompt + grow, 60_000)
+            blocks = prompt // trace_block
+            while len(history) < blocks:
+                history.append(next_id)
+                next_id += 1
+            ids = tuple(history[:blocks])
+            out = max(1, int(rng.lognormal(5.0, 0.8)))
+            gap = 0.0 if i == 0 else float(rng.lognormal(0.5, 1.2))
+            chain.append(Call(prompt, out, gap=gap, hash_ids=ids, block_size=trace_block))
+        yield Task(f"task-{count}", tuple(chain), arrival=t)
+        count += 1
+        made += n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1_000_000)
+    parser.add_argument("--profile", default="gb300-nemotron-super-default")
+    parser.add_argument("--rate", type=float, default=0.3,
+                        help="task arrivals per second (0.3: ~30 conversations decoding at once on the GB300 default)")
+    parser.add_argument("--trace-block", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-shape", action="store_true")
+    args = parser.parse_args()
+    profile = load_profile(args.profile)
+
+    if not args.skip_shape:
+        start = time.perf_counter()
+        shape = fixed_shape_throughput(profile, concurrency=256, input_tokens=512, output_tokens=512)
+        wall = time.perf_counter() - start
+        print(f"512/512 x 256 on {args.profile}: {shape.requests} requests, {shape.duration:.1f} simulated s "
+              f"in {wall:.3f} wall s = {shape.duration / wall:,.0f}x real time "
+              f"({shape.output_tokens_per_s:,.0f} output tok/s)")
+
+    start = time.perf_counter()
+    for _ in agent_tasks(args.calls, args.seed, args.rate, args.trace_block):
+        pass
+    generation = time.perf_counter() - start
+    sink = CountingSink()
+    start = time.perf_counter()
+    cpu = time.process_time()
+    result = SimDriver(agent_tasks(args.calls, args.seed, args.rate, args.trace_block), profile, sink).run()
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    stats = result.twin
+    sim = wall - generation
+    print(f"agent workload: {sink.calls:,} calls in {sink.tasks:,} tasks, {result.end:,.0f} simulated s: "
+          f"{wall:.1f} wall s with the tasks generated as they arrive, of which generation {generation:.1f} s; "
+          f"simulation {sim:.1f} s = {result.end / sim:,.0f}x real time, {sim / sink.calls * 1e6:.1f} us a call "
+          f"(process CPU time {cpu:.1f} s, generation included)")
+    print(f"  steps {stats.steps:,} (fast chunks {stats.fast_chunks:,}), max running {stats.max_running}, "
+          f"preemptions {stats.preemptions}, prefix hit rate {sink.cached_tokens / max(1, sink.input_tokens):.1%}, "
+          f"busy {stats.busy_time / max(result.end, 1e-9):.0%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`agentload simulate SCENARIO --profile P`: predict a scenario on the server twin, print and save the summary."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="predict a scenario on the SimPy twin of a server profile (no server needed)",
+        description="Replay a scenario's workload in simulated time on the server twin of a profile "
+        "(a preset name or a profile YAML file) and write the same result folder and summary as "
+        "`agentload run`. The scenario's target and emulator settings are ignored.",
+    )
+    parser.add_argument("scenario", help="scenario YAML file (see docs/scenario.md)")
+    parser.add_argument("-p", "--profile", required=True, metavar="PROFILE",
+                        help="server profile: a preset name (see --list-profiles) or a YAML file")
+    parser.add_argument("-o", "--output", metavar="DIR", help="result folder (default: run.output/<name>-sim-<time>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario setting, e.g. --set run.max_tasks=5 (repeatable)")
+    parser.add_argument("--approx-itl", action="store_true",
+                        help="build the ITL histogram from each call's ITL mean (faster on big runs) "
+                        "instead of every gap")
+    parser.set_defaults(func=simulate_command)
+
+    profiles = subparsers.add_parser("profiles", help="list the server-profile presets of the twin")
+    profiles.set_defaults(func=profiles_command)
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    import datetime
+    from pathlib import Path
+
+    from .. import scenario as scenario_mod
+    from ..behaviour import RetryPolicy
+    from ..live.runner import measurement_window, result_folder
+    from ..report.terminal import print_summary
+    from ..sim.profile import load_profile
+    from ..sim.runner import simulate_to_folder
+
+    profile = load_profile(args.profile)
+    scenario = scenario_mod.load(args.scenario, args.overrides)
+    workload = scenario_mod.load_workload(scenario)
+    output = args.output
+    if not output:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        output = str(Path(scenario.run.output) / f"{scenario.display_name()}-sim-{stamp}")
+    folder = result_folder(scenario, output)
+    window = measurement_window(scenario, workload)
+    console = Console(stderr=True)
+    tasks, calls, subtasks = workload.counts()
+    console.print(f"agentload: {scenario.display_name()}: {tasks} tasks, {calls} calls, {subtasks} sub-agents; "
+                  f"simulated on profile {profile.name}"
+                  f"{'' if profile.calibrated else ' (uncalibrated)'}; results: {folder}")
+    run = scenario.run
+    summary, outcome = simulate_to_folder(
+        workload, profile, Path(folder), window=window, slo=scenario.slo,
+        retry=RetryPolicy(run.retries, run.backoff), duration=run.duration, keep_gaps=not args.approx_itl,
+        info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
+              "settings": scenario.model_dump(mode="json", by_alias=True)},
+    )
+    summary["scenario"] = scenario.display_name()
+    print_summary(summary, Console())
+    sim = summary["simulation"]
+    console.print(f"simulated {sim['simulated_seconds']:.1f} s in {sim['wall_seconds']:.2f} s of wall time; "
+                  f"{sim['steps']} engine steps, {sim['preemptions']} preemptions")
+    return 0
+
+
+def profiles_command(args: argparse.Namespace) -> int:
+    from ..sim.profile import load_profile, preset_names
+
+    for name in preset_names():
+        profile = load_profile(name)
+        mark = "" if profile.calibrated else "  [uncalibrated]"
+        print(f"{name:36s} {profile.description}{mark}")
+    return 0

@@ -1,0 +1,288 @@
+"""The paged KV cache: a pool of fixed-size blocks, with prefix caching and LRU eviction.
+
+Blocks are counted, not placed. A request holds *keyed* blocks (its prompt's full blocks that the
+trace's hash ids identify, shareable and kept cached after it ends) and *private* ones (the rest: a
+partial last block, generated tokens, prompts without hash ids).
+
+Keyed blocks live in a radix tree over hash-id sequences, one tree per trace block size: a node is a
+run of consecutive trace blocks, so a request touches one node per turn of its conversation rather
+than one entry per block, and a million calls with long shared prompts stay cheap. The tree's edges
+are the trace's hash ids themselves, so equal ids only match at equal positions after an equal
+prefix. Trace blocks map onto KV blocks by position: the first x trace blocks of `tb` tokens fill
+``x * tb // block_size`` full KV blocks, whatever the two sizes.
+
+Eviction follows vLLM's rule: only unreferenced cached blocks are evicted, least recently freed first,
+and a request frees its blocks tail first, so a conversation's newest turn goes before its shared
+root. Here the unit is a leaf node, trimmed from its tail block by block as far as needed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional, Sequence
+
+
+class _Node:
+    __slots__ = ("parent", "ids", "start", "ref", "children", "tb", "size")
+
+    def __init__(self, parent: Optional[_Node], ids: tuple, start: int, tb: int) -> None:
+        self.parent = parent
+        self.ids = ids
+        """The trace blocks of this run (hash ids)."""
+        self.start = start
+        """Position of its first trace block in the prompt."""
+        self.ref = 0
+        """Requests holding this node (a request holds every node on its path from the root)."""
+        self.children: dict[int, _Node] = {}
+        self.tb = tb
+        self.size = 0
+        """KV blocks this run fills (kept by the cache)."""
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.ids)
+
+
+class Holding:
+    """One request's blocks: the deepest tree node it holds, how far its keyed blocks reach, and its
+    private blocks."""
+
+    __slots__ = ("ids", "tb", "node", "keyed_tb", "private", "sealed", "blocks")
+
+    def __init__(self, hash_ids: Sequence[int], trace_block: int, input_tokens: int) -> None:
+        usable = min(len(hash_ids), input_tokens // trace_block) if trace_block > 0 else 0
+        self.ids = tuple(hash_ids[:usable])
+        """Hash ids of the prompt's full trace blocks."""
+        self.tb = trace_block
+        self.node: Optional[_Node] = None
+        self.keyed_tb = 0
+        """Trace blocks held through the tree."""
+        self.private = 0
+        self.sealed = False
+        """True once its keyed growth stopped (someone else cached the continuation first)."""
+        self.blocks = 0
+        """Blocks held in all (keyed and private)."""
+
+
+class KVCache:
+    """Block accounting for the twin: capacity, references, the prefix cache and its LRU queue."""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self.roots: dict[int, _Node] = {}
+        self.lru: OrderedDict[_Node, None] = OrderedDict()
+        """Unreferenced nodes, least recently freed first (children always before their parent)."""
+        self.cached = 0
+        """Blocks in the tree (held or evictable)."""
+        self.evictable = 0
+        """Blocks of unreferenced nodes."""
+        self.private = 0
+        self.evictions = 0
+        """Blocks evicted."""
+
+    # ---- capacity ---------------------------------------------------------------------------
+
+    @property
+    def fresh(self) -> int:
+        """Blocks neither cached nor held."""
+        return self.num_blocks - self.cached - self.private
+
+    @property
+    def available(self) -> int:
+        """Blocks a new allocation may take (fresh ones plus evictable cached ones)."""
+        return self.fresh + self.evictable
+
+    @property
+    def used(self) -> int:
+        """Blocks held by requests."""
+        return self.num_blocks - self.available
+
+
+    def _kv(self, tb: int, x: int) -> int:
+        return x * tb // self.block_size
+
+    # ---- lookup and admission ---------------------------------------------------------------
+
+    def lookup(self, h: Holding, limit_blocks: int) -> tuple[Optional[_Node], int]:
+        """The longest cached prefix of a request's trace blocks whose KV blocks number at most
+        `limit_blocks`: (node holding its end, trace blocks matched). No side effect."""
+        if not self.prefix_caching or not h.ids:
+            return None, 0
+        ids, tb = h.ids, h.tb
+        cap = min(len(ids), ((limit_blocks + 1) * self.block_size - 1) // tb)
+        node = self.roots.get(tb)
+        pos = 0
+        while node is not None and pos < cap:
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = min(len(child.ids), cap - pos)
+            if ids[pos:pos + n] == child.ids[:n]:
+                if n < len(child.ids):
+                    return child, pos + n
+                node, pos = child, pos + n
+                continue
+            lo, hi = 1, n  # ids[pos:pos+lo] matches, ids[pos:pos+hi] does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if ids[pos:pos + mid] == child.ids[:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            return child, pos + lo
+        return node, pos
+
+    def cached_blocks(self, h: Holding, match: tuple[Optional[_Node], int]) -> int:
+        """KV blocks a lookup's match covers."""
+        return self._kv(h.tb, match[1])
+
+    def admit(self, h: Holding, match: tuple[Optional[_Node], int], tokens: int) -> bool:
+        """Hold the matched prefix and grow the request to cover `tokens`; False (nothing changed)
+        when the blocks do not fit."""
+        node, pos = match
+        if node is None or pos == 0:
+            return self.grow(h, tokens)
+        total = -(-tokens // self.block_size)
+        matched = self._kv(h.tb, pos)
+        revived = 0
+        if node.ref == 0:
+            revived = self._kv(h.tb, pos) - self._kv(h.tb, node.start)  # only a split node's head
+            walk = node.parent
+            while walk.parent is not None and walk.ref == 0:  # held nodes have held ancestors
+                revived += walk.size
+                walk = walk.parent
+        if max(0, total - matched) > self.fresh + self.evictable - revived:
+            return False
+        if node.end > pos:
+            node = self._split(node, pos - node.start)
+        walk = node
+        while walk.parent is not None:
+            if walk.ref == 0:
+                del self.lru[walk]
+                self.evictable -= walk.size
+            walk.ref += 1
+            walk = walk.parent
+        h.node = node
+        h.keyed_tb = pos
+        h.blocks = matched
+        return self.grow(h, tokens)
+
+    def grow(self, h: Holding, tokens: int) -> bool:
+        """Grow a held request to blocks covering `tokens` (its trace blocks become keyed once
+        wholly inside them); False (nothing changed) when they do not fit."""
+        total = -(-tokens // self.block_size)
+        need = total - h.blocks
+        if need <= 0:
+            return True
+        fresh = self.num_blocks - self.cached - self.private
+        if need > fresh + self.evictable:
+            return False
+        if need > fresh:
+            self._evict(need - fresh)
+        keyed_tb = h.keyed_tb
+        if keyed_tb == len(h.ids) or h.sealed or not self.prefix_caching:  # only private blocks to add
+            self.private += need
+            h.private += need
+            h.blocks = total
+            return True
+        if self.prefix_caching and h.ids and not h.sealed:
+            target = min(len(h.ids), tokens // h.tb)
+            if target > keyed_tb:
+                keyed_tb = self._extend(h, target)
+        keyed = self._kv(h.tb, keyed_tb)
+        self.cached += keyed - self._kv(h.tb, h.keyed_tb)
+        h.keyed_tb = keyed_tb
+        private = total - keyed
+        self.private += private - h.private
+        h.private = private
+        h.blocks = total
+        return True
+
+    def release(self, h: Holding) -> None:
+        """Free a request's blocks, tail first; its keyed blocks stay cached until evicted."""
+        node = h.node
+        while node is not None and node.parent is not None:
+            node.ref -= 1
+            if node.ref == 0:
+                self.lru[node] = None
+                self.evictable += node.size
+            node = node.parent
+        self.private -= h.private
+        h.node = None
+        h.keyed_tb = h.private = h.blocks = 0
+        h.sealed = False
+
+    # ---- tree surgery -----------------------------------------------------------------------
+
+    def _extend(self, h: Holding, target: int) -> int:
+        """Add the request's trace blocks up to `target` to the tree; returns how far it got. A leaf
+        only this request holds grows in place, so a conversation stays one node turn after turn."""
+        node = h.node
+        new = h.ids[h.keyed_tb:target]
+        if node is not None and node.ref == 1 and not node.children:
+            node.ids = node.ids + new
+            node.size = self._kv(node.tb, node.end) - self._kv(node.tb, node.start)
+            return target
+        parent = h.node
+        if parent is None:
+            parent = self.roots.get(h.tb)
+            if parent is None:
+                parent = self.roots[h.tb] = _Node(None, (), 0, h.tb)
+        if new[0] in parent.children:  # someone cached this continuation first: the rest stays private
+            h.sealed = True
+            return h.keyed_tb
+        child = _Node(parent, new, h.keyed_tb, h.tb)
+        child.ref = 1
+        child.size = self._kv(h.tb, target) - self._kv(h.tb, h.keyed_tb)
+        parent.children[new[0]] = child
+        h.node = child
+        return target
+
+    def _split(self, node: _Node, k: int) -> _Node:
+        """Cut `node` after its first k trace blocks; returns the new head (the tail keeps its place
+        in the LRU queue)."""
+        head = _Node(node.parent, node.ids[:k], node.start, node.tb)
+        head.ref = node.ref
+        node.parent.children[node.ids[0]] = head  # type: ignore[union-attr]
+        node.ids = node.ids[k:]
+        node.start += k
+        node.parent = head
+        head.children[node.ids[0]] = node
+        head.size = self._kv(head.tb, head.end) - self._kv(head.tb, head.start)
+        node.size -= head.size
+        if node.ref == 0:  # unreferenced like the tail; the caller's hold walk takes it out
+            self.lru[head] = None
+        return head
+
+    def _evict(self, blocks: int) -> None:
+        """Free `blocks` blocks from unreferenced leaves, least recently freed first, tail first."""
+        lru = self.lru
+        while blocks > 0:
+            node = next(iter(lru))
+            if node.children:  # defensive: a parent never precedes its children
+                lru.move_to_end(node)
+                continue
+            start_kv = self._kv(node.tb, node.start)
+            size = node.size
+            if size <= blocks:
+                del lru[node]
+                del node.parent.children[node.ids[0]]  # type: ignore[union-attr]
+                freed = size
+            else:
+                keep = len(node.ids)
+                while keep and self._kv(node.tb, node.start + keep) > start_kv + size - blocks:
+                    keep -= 1
+                if keep:
+                    node.ids = node.ids[:keep]
+                    node.size = self._kv(node.tb, node.end) - start_kv
+                    freed = size - node.size
+                else:
+                    del lru[node]
+                    del node.parent.children[node.ids[0]]  # type: ignore[union-attr]
+                    freed = size
+            self.cached -= freed
+            self.evictable -= freed
+            self.evictions += freed
+            blocks -= freed

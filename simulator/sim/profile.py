@@ -1,0 +1,219 @@
+"""Server profiles: the twin's settings and step-time coefficients, read from YAML.
+
+A profile file is a mapping with the sections below (every field optional except where noted, unknown
+fields rejected). A file may name a ``base`` profile (a preset name or a path relative to the file) and
+override only what differs: sections are merged key by key, so a tuning step ("turn on async
+scheduling") is a few lines on top of the profile it changes. Errors name the file and the YAML path
+of the bad field.
+
+.. code-block:: yaml
+
+    name: my-server
+    base: gb300-nemotron-super-default   # optional
+    calibrated: true
+    scheduler: {max_num_seqs: 256, max_num_batched_tokens: 8192, chunked_prefill: true,
+                max_model_len: 32768, async_scheduling: false}
+    kv_cache: {block_size: 16, num_blocks: 20000, enable_prefix_caching: true}
+    spec_decode: {num_tokens: 0, acceptance: 0.0}
+    step_time: {fixed: 0.008, per_token: 5.0e-6, per_decode_seq: 1.0e-4, ...}
+
+Presets ship as YAML in ``simulator/sim/presets/``; `load_profile` takes a preset name or a path.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import InputError
+
+PRESET_PACKAGE = "simulator.sim.presets"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SchedulerSettings(_Section):
+    """How the engine batches: vLLM's scheduler options."""
+
+    max_num_seqs: int = Field(256, ge=1)
+    """Most requests in the running set."""
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    """Token budget of one step, shared by decodes and prefill chunks."""
+    chunked_prefill: bool = True
+    """Split a prompt over several steps when it exceeds the remaining budget."""
+    max_model_len: int = Field(32768, ge=1)
+    """Longest prompt plus output accepted; longer calls fail with HTTP 400."""
+    async_scheduling: bool = False
+    """Overlap scheduling of the next step with the current one (its overhead hides behind the step)."""
+
+
+class KVCacheSettings(_Section):
+    """The paged KV cache: its block size and capacity, and prefix caching."""
+
+    block_size: int = Field(16, ge=1)
+    num_blocks: Optional[int] = Field(None, ge=1)
+    """Capacity in blocks; or give `memory_bytes` and `bytes_per_token`."""
+    memory_bytes: Optional[float] = Field(None, gt=0)
+    bytes_per_token: Optional[float] = Field(None, gt=0)
+    enable_prefix_caching: bool = True
+
+    @model_validator(mode="after")
+    def _capacity(self) -> KVCacheSettings:
+        if self.num_blocks is None and (self.memory_bytes is None or self.bytes_per_token is None):
+            raise ValueError("give num_blocks, or both memory_bytes and bytes_per_token")
+        return self
+
+    @property
+    def capacity_blocks(self) -> int:
+        """Number of KV blocks, given directly or derived from memory and bytes per token."""
+        if self.num_blocks is not None:
+            return self.num_blocks
+        return int(self.memory_bytes // (self.bytes_per_token * self.block_size))  # type: ignore[operator]
+
+
+class SpecDecodeSettings(_Section):
+    """Speculative decoding (draft model or MTP heads): k draft tokens per step, each accepted with a
+    probability `acceptance` given the previous one was."""
+
+    num_tokens: int = Field(0, ge=0)
+    acceptance: float = Field(0.0, ge=0.0, le=1.0)
+
+    @property
+    def expected_tokens(self) -> float:
+        """Expected tokens emitted per decode step: (1 - a^(k+1)) / (1 - a)."""
+        k, a = self.num_tokens, self.acceptance
+        if a >= 1.0:
+            return float(k + 1)
+        return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+class StepTimeCoefficients(_Section):
+    """One step's duration in seconds (see `simulator.sim.step_time`)."""
+
+    fixed: float = Field(0.0, ge=0)
+    """Per step: weight reads, kernel launches."""
+    per_token: float = Field(0.0, ge=0)
+    """Per scheduled token (prefill, decode and draft tokens alike): the model's compute."""
+    per_prefill_token: float = Field(0.0, ge=0)
+    """Extra per prefill token on top of `per_token`."""
+    per_decode_seq: float = Field(0.0, ge=0)
+    """Per sequence decoding: per-sequence state (SSM state read/write, sampling)."""
+    per_context_token: float = Field(0.0, ge=0)
+    """Per token of attended context, summed over the batch: KV reads of attention."""
+    per_spec_token: float = Field(0.0, ge=0)
+    """Extra per draft token: drafting it and keeping its verification state."""
+    per_draft_pass: float = Field(0.0, ge=0)
+    """Per drafting pass (k passes per step with speculative decoding)."""
+    schedule_fixed: float = Field(0.0, ge=0)
+    """CPU scheduling and input preparation per step."""
+    schedule_per_seq: float = Field(0.0, ge=0)
+    """CPU scheduling, input preparation and output processing per scheduled sequence."""
+
+
+class ServerProfile(_Section):
+    """Everything the twin needs to behave like one server configuration."""
+
+    name: str = "unnamed"
+    description: str = ""
+    calibrated: bool = False
+    """False until the step-time coefficients have been fitted against the real server."""
+    source: str = ""
+    """Where the coefficients come from (calibration run, published figures)."""
+    scheduler: SchedulerSettings = SchedulerSettings()
+    kv_cache: KVCacheSettings
+    spec_decode: SpecDecodeSettings = SpecDecodeSettings()
+    step_time: StepTimeCoefficients = StepTimeCoefficients()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerProfile:
+        s, kv = self.scheduler, self.kv_cache
+        if s.max_model_len > kv.capacity_blocks * kv.block_size:
+            raise ValueError(
+                f"max_model_len {s.max_model_len} exceeds the KV cache "
+                f"({kv.capacity_blocks} blocks of {kv.block_size} tokens)"
+            )
+        if not s.chunked_prefill and s.max_num_batched_tokens < s.max_model_len:
+            raise ValueError("without chunked_prefill, max_num_batched_tokens must be >= max_model_len")
+        return self
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped presets."""
+    return sorted(p.name[:-5] for p in resources.files(PRESET_PACKAGE).iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(source: Union[str, Path], overrides: Optional[dict[str, Any]] = None) -> ServerProfile:
+    """A profile from a preset name or a YAML path, with its `base` chain merged and `overrides`
+    (a mapping shaped like the file) applied last."""
+    data, origin = _resolve(source, seen=())
+    if overrides:
+        data = merge(data, overrides)
+    return _validate(data, origin)
+
+
+def profile_from_dict(data: dict[str, Any], origin: str = "<profile>") -> ServerProfile:
+    """A profile from an already-parsed mapping (no `base` lookup)."""
+    return _validate(data, origin)
+
+
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, merging nested mappings key by key."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve(source: Union[str, Path], seen: tuple[str, ...], relative_to: Optional[Path] = None) -> tuple[dict, str]:
+    text, origin, folder = _read(source, relative_to)
+    if origin in seen:
+        raise InputError(f"profile base chain loops: {' -> '.join(seen + (origin,))}", file=origin, field="base")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise InputError(f"not valid YAML: {exc}", file=origin, line=None if line is None else line + 1) from None
+    if not isinstance(data, dict):
+        raise InputError("a profile must be a YAML mapping", file=origin)
+    base = data.pop("base", None)
+    if base is None:
+        return data, origin
+    if not isinstance(base, str):
+        raise InputError("must be a preset name or a path", file=origin, path="base", field="base")
+    parent, _ = _resolve(base, seen + (origin,), folder)
+    parent.pop("name", None)
+    parent.pop("description", None)
+    return merge(parent, data), origin
+
+
+def _read(source: Union[str, Path], relative_to: Optional[Path]) -> tuple[str, str, Optional[Path]]:
+    path = Path(source)
+    candidates = [path] if path.is_absolute() or relative_to is None else [relative_to / path, path]
+    for candidate in candidates:
+        if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+            return candidate.read_text(), str(candidate), candidate.parent
+    name = str(source)
+    preset = resources.files(PRESET_PACKAGE) / f"{name}.yaml"
+    if preset.is_file():
+        return preset.read_text(), f"preset:{name}", None
+    raise InputError(f"no profile file or preset named '{name}' (presets: {', '.join(preset_names())})",
+                     file=name)
+
+
+def _validate(data: dict[str, Any], origin: str) -> ServerProfile:
+    try:
+        return ServerProfile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(part) for part in first["loc"])
+        field = str(first["loc"][-1]) if first["loc"] else None
+        raise InputError(first["msg"], file=origin, path=loc or None, field=field) from None

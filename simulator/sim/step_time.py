@@ -1,0 +1,82 @@
+"""The step-time model: how long one engine step takes, from what the step computes.
+
+    compute  = fixed + per_token * tokens + per_prefill_token * prefill_tokens
+             + per_decode_seq * decode_seqs + per_context_token * context_tokens
+             + per_spec_token * draft_tokens + per_draft_pass * draft_passes
+    schedule = schedule_fixed + schedule_per_seq * seqs
+    step     = max(compute, schedule)    with asynchronous scheduling (the CPU work overlaps the GPU's)
+             = compute + schedule        without
+
+`tokens` counts every scheduled token (prefill chunks, one per decoding sequence, plus its k draft
+tokens); `context_tokens` is the attended context summed over the batch (each sequence's context
+length after the step). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .profile import ServerProfile
+
+TERMS = (
+    "fixed", "per_token", "per_prefill_token", "per_decode_seq", "per_context_token",
+    "per_spec_token", "per_draft_pass",
+)
+"""The compute terms, in the order of `StepTimeModel.features`."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    """Step durations from a profile's coefficients."""
+
+    fixed: float
+    per_token: float
+    per_prefill_token: float
+    per_decode_seq: float
+    per_context_token: float
+    per_spec_token: float
+    per_draft_pass: float
+    schedule_fixed: float
+    schedule_per_seq: float
+    async_scheduling: bool
+    num_spec: int
+
+    @classmethod
+    def from_profile(cls, profile: ServerProfile) -> StepTimeModel:
+        c = profile.step_time
+        return cls(c.fixed, c.per_token, c.per_prefill_token, c.per_decode_seq, c.per_context_token,
+                   c.per_spec_token, c.per_draft_pass, c.schedule_fixed, c.schedule_per_seq,
+                   profile.scheduler.async_scheduling, profile.spec_decode.num_tokens)
+
+    def duration(self, prefill_tokens: int, prefill_seqs: int, decode_seqs: int, context_tokens: float) -> float:
+        """Seconds for one step with `prefill_tokens` over `prefill_seqs` chunks and `decode_seqs`
+        decoding sequences (each with `num_spec` draft tokens), attending `context_tokens` in all."""
+        compute = self.base(prefill_tokens, decode_seqs) + self.per_context_token * context_tokens
+        schedule = self.schedule(prefill_seqs + decode_seqs)
+        if self.async_scheduling:
+            return compute if compute > schedule else schedule
+        return compute + schedule
+
+    def base(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """The compute terms other than attended context."""
+        k = self.num_spec
+        drafts = decode_seqs * k
+        return (
+            self.fixed
+            + self.per_token * (prefill_tokens + decode_seqs + drafts)
+            + self.per_prefill_token * prefill_tokens
+            + self.per_decode_seq * decode_seqs
+            + self.per_spec_token * drafts
+            + (self.per_draft_pass * k if decode_seqs else 0.0)
+        )
+
+    def schedule(self, seqs: int) -> float:
+        """The CPU's scheduling overhead for a step of `seqs` sequences."""
+        return self.schedule_fixed + self.schedule_per_seq * seqs
+
+    def features(self, prefill_tokens: int, decode_seqs: int, context_tokens: float) -> list[float]:
+        """The compute terms' multipliers for one step, in `TERMS` order (for fitting)."""
+        k = self.num_spec
+        drafts = decode_seqs * k
+        return [1.0, float(prefill_tokens + decode_seqs + drafts), float(prefill_tokens), float(decode_seqs),
+                float(context_tokens), float(drafts), float(k if decode_seqs else 0)]

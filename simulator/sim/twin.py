@@ -1,0 +1,496 @@
+"""The server twin: a SimPy model of a continuous-batching server as vLLM's V1 scheduler runs it.
+
+One SimPy process steps the engine; requests are events it resolves. Each step:
+
+1. Running requests, oldest first, take their tokens from the step's budget (`max_num_batched_tokens`):
+   a decoding request 1 + k tokens (k draft tokens with speculative decoding), a request still in
+   prefill the next chunk of its prompt. Each grows its KV blocks to cover the tokens; when the cache
+   has no room, the newest running request is preempted (blocks freed, back to the front of the
+   waiting queue, its progress recomputed later), until the request fits or was itself preempted.
+2. If nobody was preempted, waiting requests are admitted first come first served while the running
+   set is below `max_num_seqs` and budget is left: the prefix cache gives their leading cached blocks
+   (at least one prompt token is always computed), the rest is prefilled, in chunks when
+   `chunked_prefill` is on. A request that does not fit stops admission.
+3. The step lasts what the step-time model says; at its end prefills advance, a finished prefill
+   emits the first token, decodes emit their tokens, and finished requests free their blocks.
+
+Speculative decoding emits (1 - a^(k+1)) / (1 - a) tokens per decode step on average; the twin emits
+that rate deterministically, the same count for every sequence in a step (floor((g+1)E) - floor(gE) at
+step g), so runs are reproducible and a run of decode steps can be advanced at once. Asynchronous
+scheduling is modelled by its effect on step time only (see `step_time`), not by a one-step lag.
+A request sent at the instant another ends (a closed-loop client's next call) is seen by the next step.
+
+Fast path: when a step is pure decode, nothing waits that could be admitted and no other event is due
+before the step's end, the twin advances many decode steps at once, up to the first finish, the first
+step boundary at or after the next event in the SimPy queue, or a KV shortage. The records are the same
+as stepping one by one (tests check this); only the number of SimPy events differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import simpy
+
+from ..workload import Call
+from .kv_cache import Holding, KVCache
+from .profile import ServerProfile
+from .step_time import StepTimeModel
+
+MAX_CHUNK_STEPS = 4096
+"""Most decode steps advanced in one go."""
+
+
+@dataclass(slots=True)
+class Completion:
+    """What the twin reports when a request ends. Times are SimPy times (seconds)."""
+
+    submitted: float
+    first_token: Optional[float]
+    end: float
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    """Prompt tokens served from the prefix cache at the request's first admission."""
+    itl_count: int
+    """Inter-token gaps (steps emitting tokens after the first)."""
+    itl_mean: Optional[float]
+    itl_max: Optional[float]
+    preemptions: int
+    gaps: list[float]
+    """Every inter-token gap, when the twin keeps them (`keep_gaps`), else empty."""
+    tag: Any = None
+
+    @property
+    def ttft(self) -> Optional[float]:
+        return None if self.first_token is None else self.first_token - self.submitted
+
+
+@dataclass
+class TwinStats:
+    """Counters of one twin's run."""
+
+    steps: int = 0
+    busy_time: float = 0.0
+    prefill_tokens: int = 0
+    """Prompt tokens computed (including recomputation after preemption)."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache at first admission."""
+    output_tokens: int = 0
+    preemptions: int = 0
+    finished: int = 0
+    fast_chunks: int = 0
+    """Times many decode steps were advanced in one go."""
+    max_running: int = 0
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """A planned run of pure-decode steps."""
+
+    steps: int
+    first: float
+    """End time of its first step."""
+    end: float
+    inner_max: float
+    """Largest gap between consecutive step ends within the run."""
+    inner_gaps: list[float]
+    """Those gaps, when the twin keeps gaps."""
+    emitted: int
+    """Tokens each sequence emits over the run."""
+
+
+class _Request:
+    __slots__ = ("prompt", "target", "hold", "submitted", "event", "tag", "generated", "computed",
+                 "prefill_len", "decoding", "first_token", "last_token", "itl_count", "itl_max",
+                 "cached_tokens", "preemptions", "gaps")
+
+    def __init__(self, prompt: int, target: int, hold: Holding, submitted: float, event: simpy.Event,
+                 tag: Any, keep_gaps: bool) -> None:
+        self.prompt = prompt
+        self.target = target
+        self.hold = hold
+        self.submitted = submitted
+        self.event = event
+        self.tag = tag
+        self.generated = 0
+        self.computed = 0
+        self.prefill_len = prompt
+        self.decoding = False
+        self.first_token: Optional[float] = None
+        self.last_token = 0.0
+        self.itl_count = 0
+        self.itl_max = 0.0
+        self.cached_tokens: Optional[int] = None
+        self.preemptions = 0
+        self.gaps: Optional[list[float]] = [] if keep_gaps else None
+
+
+class Twin:
+    """The engine of one server. `submit` a request, wait on the event it returns for its `Completion`."""
+
+    def __init__(self, env: simpy.Environment, profile: ServerProfile, *, keep_gaps: bool = False,
+                 fast_decode: bool = True) -> None:
+        self.env = env
+        self.profile = profile
+        self.keep_gaps = keep_gaps
+        self.fast_decode = fast_decode
+        s, kv = profile.scheduler, profile.kv_cache
+        self.max_num_seqs = s.max_num_seqs
+        self.budget = s.max_num_batched_tokens
+        self.chunked = s.chunked_prefill
+        self.max_model_len = s.max_model_len
+        self.block_size = kv.block_size
+        self.kv = KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
+        self.model = StepTimeModel.from_profile(profile)
+        self.k = profile.spec_decode.num_tokens
+        self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.stats = TwinStats()
+        self.clock = env.now
+        self._step_index = 0
+        self._wake: Optional[simpy.Event] = None
+        self.process = env.process(self._run())
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def submit(self, input_tokens: int, output_tokens: int, hash_ids: Sequence[int] = (), trace_block: int = 0,
+               tag: Any = None) -> simpy.Event:
+        """Queue a request whose prompt's trace blocks of `trace_block` tokens have `hash_ids`; the
+        returned event succeeds with its `Completion` when it ends. At least one output token is
+        generated. Raises ValueError beyond `max_model_len`."""
+        target = max(1, output_tokens)
+        if input_tokens + target > self.max_model_len:
+            raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
+        event = self.env.event()
+        hold = Holding(hash_ids, trace_block, input_tokens)
+        self.waiting.append(_Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        return event
+
+    def submit_call(self, call: Call, tag: Any = None) -> simpy.Event:
+        """`submit` a workload call, its prefix blocks keyed by its hash ids."""
+        return self.submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size, tag)
+
+    def fits(self, input_tokens: int, output_tokens: int) -> bool:
+        """Whether a call of this size is accepted (prompt plus output within `max_model_len`)."""
+        return input_tokens + max(1, output_tokens) <= self.max_model_len
+
+    def emitted(self, step: int) -> int:
+        """Tokens each decoding sequence emits in engine step `step`."""
+        if not self.k:
+            return 1
+        return math.floor((step + 1) * self.rate) - math.floor(step * self.rate)
+
+    # ---- the engine -----------------------------------------------------------------------------
+
+    def _run(self):
+        env = self.env
+        while True:
+            if not self.running and not self.waiting:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                self.clock = env.now
+            decodes, prefills, preempted = self._schedule()
+            if not decodes and not prefills:
+                raise RuntimeError("twin: requests wait but none can be scheduled (KV cache too small?)")
+            start = self.clock
+            chunk = None
+            if (self.fast_decode and not prefills and not preempted and len(decodes) == len(self.running)
+                    and env.peek() > env.now):
+                chunk = self._decode_chunk(decodes)
+            if chunk is None:
+                end = start + self._duration(decodes, prefills)
+                yield env.timeout(exact_delay(env.now, end))
+                finished = self._finish_step(decodes, prefills, end)
+            else:
+                yield env.timeout(exact_delay(env.now, chunk.end))
+                finished = self._finish_chunk(decodes, chunk)
+            self.stats.busy_time += self.clock - start
+            if finished:
+                # Let the clients of finished requests react (send their next call) before the next
+                # step is planned, as a server sees a request sent the instant the previous one ended.
+                yield env.timeout(0)
+
+    def _schedule(self) -> tuple[list[_Request], list[tuple[_Request, int]], bool]:
+        """Pick this step's work: (decoding requests, (request, chunk) prefills, whether any preemption)."""
+        kv, bs, running = self.kv, self.block_size, self.running
+        budget = self.budget
+        per_decode = 1 + self.k
+        decodes: list[_Request] = []
+        prefills: list[tuple[_Request, int]] = []
+        preempted = False
+        # Preemption pops from the end of `running`, past the request at hand: iteration stays valid.
+        for req in running:
+            if req.decoding:
+                n = per_decode
+                if budget < n:
+                    continue
+            else:
+                n = req.prefill_len - req.computed
+                if n > budget:
+                    n = budget
+                if n <= 0:
+                    continue
+            tokens = req.computed + n
+            if tokens > req.hold.blocks * bs and not kv.grow(req.hold, tokens):
+                preempted = True
+                if not self._make_room(req, tokens):
+                    break
+            budget -= n
+            if req.decoding:
+                decodes.append(req)
+            else:
+                prefills.append((req, n))
+        if not preempted:
+            self._admit(budget, prefills)
+        if len(running) > self.stats.max_running:
+            self.stats.max_running = len(running)
+        return decodes, prefills, preempted
+
+    def _admit(self, budget: int, prefills: list[tuple[_Request, int]]) -> None:
+        """Admit waiting requests first come first served while seats, budget and blocks allow."""
+        kv, bs, running, waiting = self.kv, self.block_size, self.running, self.waiting
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            tokens = req.prompt + req.generated
+            match = kv.lookup(req.hold, (tokens - 1) // bs)
+            computed = kv.cached_blocks(req.hold, match) * bs
+            n = tokens - computed
+            if n > budget:
+                if not self.chunked:
+                    break
+                n = budget
+            if not kv.admit(req.hold, match, computed + n):
+                break
+            waiting.popleft()
+            if req.cached_tokens is None:
+                req.cached_tokens = computed
+                self.stats.cached_tokens += computed
+            req.computed = computed
+            req.prefill_len = tokens
+            req.decoding = False
+            running.append(req)
+            prefills.append((req, n))
+            budget -= n
+
+    def _make_room(self, req: _Request, tokens: int) -> bool:
+        """Preempt the newest running requests until `req` can hold `tokens`; False if `req` itself
+        had to go."""
+        while True:
+            victim = self.running.pop()
+            self._preempt(victim)
+            if victim is req:
+                return False
+            if self.kv.grow(req.hold, tokens):
+                return True
+
+    def _preempt(self, req: _Request) -> None:
+        """Free a running request's blocks and put it back at the front of the waiting queue."""
+        self.kv.release(req.hold)
+        req.computed = 0
+        req.decoding = False
+        req.preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _duration(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> float:
+        per_decode = 1 + self.k
+        context = len(decodes) * per_decode
+        for req in decodes:
+            context += req.computed
+        prefill_tokens = 0
+        for req, n in prefills:
+            prefill_tokens += n
+            context += req.computed + n
+        return self.model.duration(prefill_tokens, len(prefills), len(decodes), context)
+
+    def _finish_step(self, decodes: list[_Request], prefills: list[tuple[_Request, int]], end: float) -> bool:
+        """Apply one step's results at its end time; True when requests finished."""
+        self.clock = end
+        emit = self.emitted(self._step_index)
+        self._step_index += 1
+        self.stats.steps += 1
+        done = []
+        for req in decodes:
+            n = req.target - req.generated
+            if emit < n:
+                n = emit
+            req.generated += n
+            req.computed += n
+            gap = end - req.last_token
+            req.itl_count += 1
+            if gap > req.itl_max:
+                req.itl_max = gap
+            if req.gaps is not None:
+                req.gaps.append(gap)
+            req.last_token = end
+            if req.generated >= req.target:
+                done.append(req)
+        for req, n in prefills:
+            req.computed += n
+            self.stats.prefill_tokens += n
+            if req.computed >= req.prefill_len:
+                req.generated += 1
+                req.decoding = True
+                if req.first_token is None:
+                    req.first_token = end
+                    req.last_token = end
+                else:
+                    self._token(req, end)
+                if req.generated >= req.target:
+                    done.append(req)
+        if done:
+            self._finish(done, end)
+        return bool(done)
+
+    def _token(self, req: _Request, t: float) -> None:
+        gap = t - req.last_token
+        req.itl_count += 1
+        if gap > req.itl_max:
+            req.itl_max = gap
+        if req.gaps is not None:
+            req.gaps.append(gap)
+        req.last_token = t
+
+    def _decode_chunk(self, decodes: list[_Request]) -> Optional[_Chunk]:
+        """Plan as many pure-decode steps as can run before anything changes; None when only one may."""
+        n_seqs = len(decodes)
+        per_decode = 1 + self.k
+        remaining = decodes[0].target
+        context = n_seqs * per_decode
+        for req in decodes:
+            context += req.computed
+            left = req.target - req.generated
+            if left < remaining:
+                remaining = left
+        horizon = self.env.peek()
+        model = self.model
+        # the same operations as `StepTimeModel.duration`, hoisted: results are bit-identical
+        base = model.base(0, n_seqs)
+        per_context = model.per_context_token
+        schedule = model.schedule(n_seqs)
+        overlap = model.async_scheduling
+        t = self.clock
+        step = self._step_index
+        keep = self.keep_gaps
+        times: list[float] = []
+        append = times.append
+        first = 0.0
+        inner_max = 0.0
+        cumulative = 0
+        last_emit = 1
+        spec = self.k > 0
+        room = MAX_CHUNK_STEPS
+        while True:
+            compute = base + per_context * context
+            before = t
+            t = t + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
+            if room == MAX_CHUNK_STEPS:
+                first = t
+            else:
+                gap = t - before
+                if gap > inner_max:
+                    inner_max = gap
+                if keep:
+                    append(gap)
+            if spec:
+                last_emit = self.emitted(step)
+                step += 1
+            cumulative += last_emit
+            context += n_seqs * last_emit
+            room -= 1
+            if cumulative >= remaining or t >= horizon or not room:
+                break
+        if room == MAX_CHUNK_STEPS - 1:
+            return None
+        # Blocks for the last step must fit without preemption, else step one by one.
+        bs = self.block_size
+        kv = self.kv
+        before_last = cumulative - last_emit + per_decode
+        extra = 0
+        for req in decodes:
+            extra += -(-(req.computed + before_last) // bs) - req.hold.blocks
+        if extra > kv.available:
+            return None
+        limit = before_last
+        for req in decodes:
+            if req.computed + limit > req.hold.blocks * bs:
+                kv.grow(req.hold, req.computed + limit)
+        return _Chunk(MAX_CHUNK_STEPS - room, first, t, inner_max, times, cumulative)
+
+    def _finish_chunk(self, decodes: list[_Request], chunk: _Chunk) -> bool:
+        """Apply a run of pure-decode steps at its end time; True when requests finished."""
+        end = chunk.end
+        n_steps = chunk.steps
+        emitted = chunk.emitted
+        self.clock = end
+        self._step_index += n_steps
+        self.stats.steps += n_steps
+        self.stats.fast_chunks += 1
+        inner = chunk.inner_gaps
+        inner_max = chunk.inner_max
+        keep = self.keep_gaps
+        first_end = chunk.first
+        done = []
+        for req in decodes:
+            n = req.target - req.generated
+            if emitted < n:
+                n = emitted
+            req.generated += n
+            req.computed += n
+            first = first_end - req.last_token
+            req.itl_count += n_steps
+            top = first if first > inner_max else inner_max
+            if top > req.itl_max:
+                req.itl_max = top
+            if keep:
+                req.gaps.append(first)
+                req.gaps.extend(inner)
+            req.last_token = end
+            if req.generated >= req.target:
+                done.append(req)
+        if done:
+            self._finish(done, end)
+        return bool(done)
+
+    def _finish(self, done: list[_Request], end: float) -> None:
+        """End finished requests: free their blocks, resolve their events."""
+        finished = set(map(id, done))
+        self.running = [r for r in self.running if id(r) not in finished]
+        stats = self.stats
+        for req in done:
+            self.kv.release(req.hold)
+            stats.finished += 1
+            stats.output_tokens += req.generated
+            count = req.itl_count
+            req.event.succeed(Completion(
+                submitted=req.submitted,
+                first_token=req.first_token,
+                end=end,
+                input_tokens=req.prompt,
+                output_tokens=req.generated,
+                cached_tokens=req.cached_tokens or 0,
+                itl_count=count,
+                itl_mean=(req.last_token - req.first_token) / count if count else None,
+                itl_max=req.itl_max if count else None,
+                preemptions=req.preemptions,
+                gaps=req.gaps if req.gaps is not None else [],
+                tag=req.tag,
+            ))
+
+
+def exact_delay(now: float, t: float) -> float:
+    """A delay that brings SimPy's clock from `now` to exactly `t` (now + (t - now) can round off)."""
+    delay = t - now
+    while now + delay < t:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > t:
+        delay = math.nextafter(delay, -math.inf)
+    return max(delay, 0.0)

@@ -1,0 +1,66 @@
+"""`agentload simulate`, `agentload profiles` and `agentload calibrate` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from simulator.cli import main
+from simulator.live.emulator import run_emulator
+from simulator.sim.profile import load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_simulate_writes_the_result_folder_of_a_run(tmp_path, capsys):
+    out = tmp_path / "sim"
+    code = main(["simulate", str(REPO / "scenarios" / "quickstart.yaml"), "-p", "tiny-vllm-cpu", "-o", str(out),
+                 "--set", "run.max_tasks=2"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulation"]["profile"] == "tiny-vllm-cpu"
+    assert summary["simulation"]["steps"] > 0
+    calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
+    tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert calls and all(c["intended_send"] == c["actual_send"] for c in calls)
+    assert len({t["task_id"] for t in tasks if t["parent_id"] is None}) == 2
+    assert json.loads((out / "run.json").read_text())["simulated"] is True
+    assert "TTFT" in capsys.readouterr().out
+
+
+def test_simulate_with_a_bad_profile_is_an_input_error(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: tiny-vllm-cpu\nscheduler:\n  max_num_seqs: zero\n")
+    code = main(["simulate", str(REPO / "scenarios" / "quickstart.yaml"), "-p", str(bad), "-o", str(tmp_path / "o")])
+    assert code == 2
+    assert "scheduler.max_num_seqs" in capsys.readouterr().err
+
+
+def test_profiles_lists_presets_and_marks_uncalibrated(capsys):
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "gb300-nemotron-super-fp16-state" in out and "tiny-vllm-cpu" in out and "[uncalibrated]" in out
+
+
+def test_calibrate_on_the_twin_writes_a_calibrated_profile(tmp_path, capsys):
+    path = tmp_path / "cal.yaml"
+    assert main(["calibrate", "-p", "tiny-vllm-cpu", "--twin", "-o", str(path), "--name", "tiny-cal"]) == 0
+    profile = load_profile(path)
+    assert profile.calibrated and profile.name == "tiny-cal"
+    assert "rms relative error" in capsys.readouterr().out
+
+
+async def test_calibrate_drives_a_live_server_through_the_sweep(tmp_path):
+    path = tmp_path / "cal.yaml"
+    async with run_emulator(prefill_per_token=2e-5, decode_base=0.004, decode_per_seq=0.0005) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "simulator", "calibrate", "-p", "tiny-vllm-cpu", "--target", url,
+            "--max-concurrency", "2", "--max-prompt", "64", "--repeat", "1", "-o", str(path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert "decode B=2 P=64 O=32" in out.decode()
+    profile = load_profile(path)
+    assert profile.calibrated and profile.source.endswith(url)

@@ -1,0 +1,107 @@
+"""The twin's KV cache: trace blocks onto KV blocks, references, splitting, LRU eviction order."""
+
+from __future__ import annotations
+
+from simulator.sim.kv_cache import Holding, KVCache
+
+
+def hold(kv: KVCache, ids, tb: int, tokens: int, limit=None) -> Holding:
+    """Admit a request of `tokens` prompt tokens with its cached prefix; returns its holding."""
+    h = Holding(ids, tb, tokens)
+    match = kv.lookup(h, (tokens - 1) // kv.block_size if limit is None else limit)
+    assert kv.admit(h, match, tokens)
+    return h
+
+
+def matched_blocks(kv: KVCache, ids, tb: int, tokens: int) -> int:
+    h = Holding(ids, tb, tokens)
+    return kv.cached_blocks(h, kv.lookup(h, (tokens - 1) // kv.block_size))
+
+
+def test_trace_blocks_map_onto_kv_blocks_by_position():
+    kv = KVCache(100, 16)
+    kv.release(hold(kv, (1, 2, 3), 64, 200))  # trace blocks of 64 tokens = 4 KV blocks each
+    assert matched_blocks(kv, (1, 2, 7), 64, 200) == 8
+    assert matched_blocks(kv, (1, 2, 3, 4), 64, 300) == 12
+    big = KVCache(100, 32)  # a KV block spans two trace blocks of 16
+    big.release(hold(big, (1, 2, 3, 4), 16, 80))
+    assert matched_blocks(big, (1, 5, 3, 4), 16, 80) == 0  # half a KV block matched is no block
+    assert matched_blocks(big, (1, 2, 9, 9), 16, 80) == 1
+
+
+def test_only_full_prompt_blocks_are_keyed_and_positions_matter():
+    assert Holding((1, 2, 3), 16, 40).ids == (1, 2)
+    kv = KVCache(100, 16)
+    kv.release(hold(kv, (9, 2), 16, 40))
+    assert matched_blocks(kv, (1, 2), 16, 40) == 0  # same id after a different block: no match
+    assert matched_blocks(kv, (9, 2), 16, 40) == 2
+    assert matched_blocks(kv, (9, 2), 16, 32) == 1  # a fully cached prompt still computes its last block
+
+
+def test_lru_evicts_least_recently_freed_blocks_tail_first():
+    kv = KVCache(4, 16)
+    kv.release(hold(kv, (1, 2), 16, 32))
+    kv.release(hold(kv, (3, 4), 16, 32))
+    assert kv.available == 4 and kv.used == 0 and kv.fresh == 0
+    private = Holding((), 0, 0)
+    assert kv.grow(private, 16)  # one private block: evicts the tail of the older conversation
+    assert kv.evictions == 1
+    assert matched_blocks(kv, (1, 2), 16, 48) == 1 and matched_blocks(kv, (3, 4), 16, 48) == 2
+    assert kv.grow(private, 32)
+    assert matched_blocks(kv, (1, 2), 16, 48) == 0 and matched_blocks(kv, (3, 4), 16, 48) == 2
+    assert kv.grow(private, 48)  # then the newer one, tail first
+    assert matched_blocks(kv, (3, 4), 16, 48) == 1
+    assert not kv.grow(private, 80)  # 5 blocks never fit in 4
+    kv.release(private)
+    assert kv.used == 0 and kv.private == 0
+
+
+def test_held_blocks_are_never_evicted_and_reuse_revives_them():
+    kv = KVCache(4, 16)
+    x = hold(kv, (1, 2), 16, 40)  # 2 keyed blocks + 1 private (the partial third block)
+    y = hold(kv, (1, 2), 16, 40)  # shares both keyed blocks
+    assert kv.cached == 2 and kv.private == 2 and kv.used == 4
+    kv.release(x)
+    assert kv.used == 3 and kv.evictable == 0  # still held by y
+    assert not kv.grow(Holding((), 0, 0), 32)
+    kv.release(y)
+    assert kv.evictable == 2 and kv.available == 4
+    z = hold(kv, (1, 2, 5), 16, 48)  # revives both cached blocks, adds one of its own
+    assert kv.evictable == 0 and kv.cached == 3 and kv.used == 3 and kv.evictions == 0
+    kv.release(z)
+
+
+def test_a_partial_match_splits_the_node_and_keeps_blocks_counted_once():
+    kv = KVCache(10, 16)
+    a = hold(kv, (1, 2, 3, 4), 16, 64)
+    b = hold(kv, (1, 2, 8), 16, 48)  # shares 2 blocks, computes its last block
+    assert kv.cached_blocks(b, (None, 2)) == 2
+    assert kv.cached == 4 + 1 and kv.private == 0
+    kv.release(a)
+    kv.release(b)
+    assert kv.evictable == 5 and kv.used == 0
+    # a's tail (3, 4) was freed first: evicted first, shared root last
+    assert kv.grow(Holding((), 0, 0), 16 * 7)
+    assert matched_blocks(kv, (1, 2, 3, 4), 16, 80) == 2
+    assert matched_blocks(kv, (1, 2, 8), 16, 64) == 3
+
+
+def test_without_prefix_caching_every_block_is_private():
+    kv = KVCache(4, 16, prefix_caching=False)
+    h = hold(kv, (1, 2), 16, 32)
+    assert kv.private == 2 and kv.cached == 0
+    kv.release(h)
+    assert matched_blocks(kv, (1, 2), 16, 48) == 0 and kv.available == 4
+
+
+def test_eviction_trims_a_leaf_by_whole_trace_blocks():
+    kv = KVCache(8, 16)
+    kv.release(hold(kv, (1, 2), 64, 128))  # two trace blocks of 64 tokens = 8 KV blocks
+    assert kv.evictable == 8 and kv.fresh == 0
+    private = Holding((), 0, 0)
+    assert kv.grow(private, 16)  # one block needed: the whole last trace block (4 blocks) goes
+    assert kv.evictions == 4 and kv.fresh == 3
+    assert matched_blocks(kv, (1, 2), 64, 200) == 4
+    assert kv.grow(private, 64) and kv.evictions == 4  # the 3 spare blocks serve first
+    assert kv.grow(private, 80) and kv.evictions == 8
+    assert matched_blocks(kv, (1, 2), 64, 200) == 0 and not kv.lru

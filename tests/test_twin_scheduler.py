@@ -1,0 +1,159 @@
+"""Hand-computed cases of the server twin's scheduler, KV cache and step-time model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from simulator.sim.profile import profile_from_dict
+from simulator.sim.twin import Twin
+from simulator.workload import Call
+
+
+def make_profile(**sections):
+    data = {
+        "scheduler": {"max_num_seqs": 256, "max_num_batched_tokens": 1024, "max_model_len": 2048},
+        "kv_cache": {"block_size": 16, "num_blocks": 1000},
+        "step_time": {"fixed": 0.01, "per_token": 0.001, "per_decode_seq": 0.002, "per_context_token": 1e-5},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return profile_from_dict(data)
+
+
+def run(profile, requests, fast_decode=True, keep_gaps=False):
+    """Submit (at, input, output, hash_ids) requests; returns (completions in submission order, twin)."""
+    env = simpy.Environment()
+    twin = Twin(env, profile, fast_decode=fast_decode, keep_gaps=keep_gaps)
+    done = [None] * len(requests)
+
+    def client(i, at, n_in, n_out, ids):
+        if at > env.now:
+            yield env.timeout(at - env.now)
+        done[i] = yield twin.submit_call(Call(n_in, n_out, hash_ids=ids, block_size=16 if ids else 0))
+
+    for i, (at, n_in, n_out, ids) in enumerate(requests):
+        env.process(client(i, at, n_in, n_out, ids))
+    env.run()
+    return done, twin
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_one_request_alone_has_exact_ttft_and_end(fast):
+    (c,), twin = run(make_profile(), [(0.0, 100, 5, ())], fast_decode=fast)
+    prefill = 0.01 + 0.001 * 100 + 1e-5 * 100
+    # decode step i attends to 100 + i tokens (the prompt, the tokens so far and the one computed)
+    decodes = [0.01 + 0.001 + 0.002 + 1e-5 * (100 + i) for i in range(1, 5)]
+    assert c.ttft == pytest.approx(prefill, abs=1e-12)
+    assert c.end == pytest.approx(prefill + sum(decodes), abs=1e-12)
+    assert c.output_tokens == 5 and c.itl_count == 4
+    assert c.itl_mean == pytest.approx(sum(decodes) / 4, abs=1e-12)
+    assert c.itl_max == pytest.approx(max(decodes), abs=1e-12)
+    assert twin.stats.steps == 5
+
+
+def test_second_request_sharing_a_prefix_gets_the_shared_full_blocks():
+    first = (0.0, 64, 2, (1, 2, 3, 4))
+    second = (10.0, 80, 2, (1, 2, 3, 9, 10))  # shares 3 blocks of 16 tokens
+    same = (20.0, 64, 2, (1, 2, 3, 4))  # the whole prompt cached: the last block is recomputed
+    (a, b, c), twin = run(make_profile(), [first, second, same])
+    assert (a.cached_tokens, b.cached_tokens, c.cached_tokens) == (0, 48, 48)
+    # fewer prompt tokens to compute means an earlier first token than without the cache
+    (b_cold,), _ = run(make_profile(kv_cache={"enable_prefix_caching": False}), [second])
+    assert b_cold.cached_tokens == 0 and b.ttft < b_cold.ttft
+    assert twin.stats.prefill_tokens == 64 + (80 - 48) + (64 - 48)
+
+
+def test_cache_too_small_preempts_the_newest_request_and_counts_it():
+    profile = make_profile(kv_cache={"block_size": 4, "num_blocks": 10}, scheduler={"max_model_len": 40})
+    # each needs 8 blocks of 4 tokens by its end; 10 blocks cannot hold both
+    (a, b), twin = run(profile, [(0.0, 12, 20, ()), (0.0, 12, 20, ())])
+    assert twin.stats.preemptions >= 1
+    assert a.preemptions == 0 and b.preemptions >= 1
+    assert a.output_tokens == b.output_tokens == 20
+    assert b.end > a.end
+    assert twin.kv.used == 0  # everything freed
+
+
+def test_token_budget_splits_a_long_prefill_into_chunks():
+    profile = make_profile(scheduler={"max_num_batched_tokens": 32})
+    (c,), twin = run(profile, [(0.0, 100, 1, ())])
+    chunks = [(32, 32), (32, 64), (32, 96), (4, 100)]  # (tokens, attended context)
+    assert c.ttft == pytest.approx(sum(0.01 + 0.001 * n + 1e-5 * ctx for n, ctx in chunks), abs=1e-12)
+    assert twin.stats.steps == 4 and twin.stats.prefill_tokens == 100
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
+    profile = make_profile(scheduler={"max_num_batched_tokens": 2048, "chunked_prefill": False})
+    (a, b), twin = run(profile, [(0.0, 1500, 3, ()), (0.0, 1500, 3, ())])
+    # b does not fit beside a in one step's budget: its prefill starts after a's
+    assert b.ttft > a.ttft
+    assert twin.stats.prefill_tokens == 3000
+
+
+def test_max_num_seqs_bounds_the_running_set():
+    profile = make_profile(scheduler={"max_num_seqs": 2})
+    done, twin = run(profile, [(0.0, 20, 10, ())] * 5)
+    assert twin.stats.max_running == 2
+    assert all(c.output_tokens == 10 for c in done)
+    # the third request starts only after one of the first two ended
+    assert done[2].ttft > done[0].end - done[0].submitted
+
+
+def test_spec_decode_raises_tokens_per_step_as_expected():
+    k, a = 3, 0.5
+    rate = (1 - a ** (k + 1)) / (1 - a)  # 1.875 tokens a step
+    plain, _ = run(make_profile(), [(0.0, 50, 151, ())])
+    spec, twin = run(make_profile(spec_decode={"num_tokens": k, "acceptance": a}), [(0.0, 50, 151, ())])
+    assert plain[0].itl_count == 150
+    assert spec[0].itl_count == int(np.ceil(150 / rate)) == 80
+    assert spec[0].output_tokens == 151
+    assert sum(twin.emitted(g) for g in range(1000)) == int(1000 * rate)
+
+
+def test_step_time_async_hides_scheduling_overhead():
+    from simulator.sim.step_time import StepTimeModel
+
+    base = make_profile(step_time={"schedule_fixed": 0.003, "schedule_per_seq": 0.001})
+    sync = StepTimeModel.from_profile(base)
+    asyn = StepTimeModel.from_profile(make_profile(scheduler={"async_scheduling": True},
+                                                   step_time={"schedule_fixed": 0.003, "schedule_per_seq": 0.001}))
+    compute = 0.01 + 0.001 * 10 + 0.002 * 10 + 1e-5 * 500
+    assert sync.duration(0, 0, 10, 500) == pytest.approx(compute + 0.013)
+    assert asyn.duration(0, 0, 10, 500) == pytest.approx(max(compute, 0.013))
+    slow_cpu = StepTimeModel.from_profile(make_profile(scheduler={"async_scheduling": True},
+                                                       step_time={"schedule_fixed": 0.5}))
+    assert slow_cpu.duration(0, 0, 1, 10) == pytest.approx(0.5)  # overhead longer than compute shows
+
+
+def _mixed_requests(seed):
+    rng = np.random.default_rng(seed)
+    requests = []
+    t = 0.0
+    for _ in range(60):
+        t += float(rng.exponential(0.05))
+        shared = int(rng.integers(0, 4))
+        ids = tuple(range(shared)) + tuple(int(x) for x in rng.integers(1000, 10**6, size=int(rng.integers(1, 6))))
+        n_in = len(ids) * 16 - int(rng.integers(0, 16))
+        requests.append((t, n_in, int(rng.integers(1, 120)), ids))
+    return requests
+
+
+@pytest.mark.parametrize("sections", [
+    {},
+    {"spec_decode": {"num_tokens": 2, "acceptance": 0.7}, "scheduler": {"async_scheduling": True},
+     "step_time": {"schedule_fixed": 0.02, "per_spec_token": 0.0005, "per_draft_pass": 0.001}},
+    {"kv_cache": {"num_blocks": 40}, "scheduler": {"max_model_len": 640, "max_num_batched_tokens": 128}},
+])
+def test_multi_step_decode_fast_path_gives_identical_results(sections):
+    profile = make_profile(**sections)
+    requests = _mixed_requests(7)
+    slow, slow_twin = run(profile, requests, fast_decode=False, keep_gaps=True)
+    fast, fast_twin = run(profile, requests, fast_decode=True, keep_gaps=True)
+    assert fast_twin.stats.fast_chunks > 0
+    assert fast_twin.stats.steps == slow_twin.stats.steps
+    assert fast_twin.stats.preemptions == slow_twin.stats.preemptions
+    assert fast == slow  # every field, every gap, bit for bit
+    if "kv_cache" in sections:
+        assert slow_twin.stats.preemptions > 0
