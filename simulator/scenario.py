@@ -89,6 +89,17 @@ class TargetSpec(_Strict):
     total_timeout: Optional[float] = Field(None, gt=0, description="Seconds a call may take in all.")
     max_connections: int = Field(0, ge=0, description="Connection pool limit (0: unlimited).")
     share_prefixes: bool = Field(True, description="Build prompts so that equal hash ids share token prefixes.")
+    vocab_size: int = Field(
+        32000, ge=32, description="Size of the model's vocabulary: token-id prompts draw ids from [10, vocab_size - 10)."
+    )
+    metrics: bool = Field(
+        True,
+        description="Scrape the server's Prometheus /metrics (vLLM) every run.scrape_interval seconds during the run; "
+        "a server without it (HTTP 404, ...) turns this off with a note.",
+    )
+    gpu_metrics: bool = Field(
+        False, description="Also sample this machine's GPUs through NVML (needs nvidia-ml-py): for a server on this machine."
+    )
 
 
 class RunSpec(_Strict):
@@ -110,6 +121,7 @@ class RunSpec(_Strict):
     retries: int = Field(0, ge=0, description="Retries of a failed call before its task gives up.")
     backoff: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles on each further one.")
     output: str = Field("results", description="Folder under which each run writes its result folder.")
+    scrape_interval: float = Field(1.0, gt=0, description="Seconds between two scrapes of the server's /metrics.")
 
 
 class Scenario(_Strict):

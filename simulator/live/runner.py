@@ -1,11 +1,18 @@
-"""One live run of a scenario, end to end: target (or the built-in emulator), client, driver, result
-folder, summary. The command line (`agentload run`) adds only argument parsing and the display.
+"""One live run of a scenario, end to end: target (or the built-in emulator), client, driver, server
+metrics probe, result folder, summary. The command line (`agentload run`) adds only argument parsing
+and the display.
+
+When the target answers ``GET /metrics`` (vLLM), the run scrapes it every `run.scrape_interval`
+seconds (`MetricsProbe`), appends the scrapes to server_metrics.jsonl, joins them with the task
+records into server_tasks.jsonl and adds the ``server`` section to the summary. A target without
+/metrics (the built-in emulator, a hosted API) only gets a note there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
 import signal
@@ -17,11 +24,14 @@ from typing import Any, AsyncIterator, Callable, Optional
 from ..behaviour import RetryPolicy
 from ..errors import InputError
 from ..metrics import histograms, results
+from ..metrics import server as server_metrics
 from ..metrics.results import LiveCounters, ResultWriter, Window
 from ..metrics.summary import summarize
 from ..scenario import Scenario
 from ..workload import Workload
 from .driver import Driver, DriverResult
+from .probes import MetricsProbe
+from .prompts import PromptBuilder
 
 TICK = 0.5
 
@@ -82,7 +92,7 @@ async def _target(scenario: Scenario) -> AsyncIterator[Any]:
         except TypeError as exc:
             raise InputError(f"bad emulator setting: {exc}", file=scenario.source, path="emulator") from None
         async with emulator as base_url:
-            yield Target(base_url=base_url)
+            yield Target(base_url=base_url, vocab_size=int(scenario.emulator.get("vocab_size", 32000)))
         return
     api_key = None
     if spec.api_key_env:
@@ -90,7 +100,7 @@ async def _target(scenario: Scenario) -> AsyncIterator[Any]:
         if api_key is None:
             raise InputError(f"environment variable {spec.api_key_env} is not set", file=scenario.source,
                              path="target.api_key_env", field="api_key_env")
-    fields = spec.model_dump(exclude={"api_key_env"})
+    fields = spec.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics"})
     yield Target(api_key=api_key, **fields)
 
 
@@ -121,7 +131,9 @@ async def run_scenario(
                 "window": {"start": window.start, "end": window.end},
                 "planned": planned,
             })
-            async with Client(target, time.perf_counter()) as client:
+            prompts = PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes, seed=run.seed)
+            async with Client(target, time.perf_counter(), prompts) as client:
+                probe, note = await _open_probe(scenario, target.root)
                 # the schedule starts once the client is set up (model lookup, calibration), so that
                 # setup is not charged to the first calls as lag
                 t0 = client.t0 = time.perf_counter()
@@ -132,22 +144,68 @@ async def run_scenario(
                 )
                 if on_driver is not None:
                     on_driver(driver)
-                outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint)
+                log = None
+                if probe is not None:
+                    # the probe keeps time on time.monotonic: give it the run's t0 on that clock
+                    probe.t0 = time.monotonic() - (time.perf_counter() - t0)
+                    # nothing was sent since the test scrape: it is the counters' baseline at t = 0
+                    probe.samples[:] = [dataclasses.replace(probe.samples[-1], t=0.0)]
+                    log = server_metrics.SampleLog(folder)
+                    await probe.start()
+                try:
+                    outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint,
+                                           on_tick=(lambda: log.sync(probe.samples)) if log else None)
+                finally:
+                    if probe is not None:
+                        await probe.stop()
+                        log.sync(probe.samples)
+                        log.close()
         writer.close()
         itl = writer.itl
+    calls, tasks = results.read_calls(folder), results.read_tasks(folder)
     summary, hists = summarize(
-        results.read_calls(folder), results.read_tasks(folder), itl=itl, window=window, slo=scenario.slo,
+        calls, tasks, itl=itl, window=window, slo=scenario.slo,
         planned=planned, partial=outcome.partial, stop_reason=outcome.stop_reason,
     )
     summary["scenario"] = scenario.display_name()
     summary["result_dir"] = str(folder)
+    summary["server"] = _server_summary(folder, probe, note, calls, tasks, run.scrape_interval)
     histograms.save(folder / results.HISTOGRAMS_FILE, hists)
     results.write_json(folder, results.SUMMARY_FILE, summary)
     return summary, outcome
 
 
+async def _open_probe(scenario: Scenario, root: str) -> tuple[Optional[MetricsProbe], Optional[str]]:
+    """A /metrics probe for the target when it has /metrics (one test scrape), else (None, why not)."""
+    spec = scenario.target
+    if spec is not None and not spec.metrics:
+        return None, "server metrics off (target.metrics: false)"
+    probe = MetricsProbe(root, interval_s=scenario.run.scrape_interval, gpu=spec is not None and spec.gpu_metrics)
+    if await probe.scrape_once() is None:
+        where = "the built-in emulator has none" if spec is None else f"GET {probe.url} failed"
+        return None, f"no server metrics: {where} ({(probe.last_error or '').removeprefix('ValueError: ')})"
+    if not probe.samples[0].values:
+        return None, f"no server metrics: {probe.url} has none of the vLLM metrics tracked"
+    return probe, None
+
+
+def _server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str], calls: list, tasks: list,
+                    interval: float) -> dict[str, Any]:
+    """Join the scrapes with the task records, write server_tasks.jsonl, return the summary section."""
+    timeline, loads = None, None
+    if probe is not None:
+        timeline = probe.summary()
+        loads = {load.task_id: {"kv_cache_usage_mean": load.kv_cache_usage_mean, "waiting_mean": load.waiting_mean,
+                                "running_mean": load.running_mean} for load in probe.join(tasks)}
+        note = note or probe.gpu_note
+    rows = server_metrics.task_rows(tasks, calls, loads)
+    server_metrics.write_task_rows(folder, rows)
+    return server_metrics.server_section(rows, calls, timeline, interval_s=interval if probe else None, note=note)
+
+
 async def _drive(driver: Driver, writer: ResultWriter, total: int,
-                 on_progress: Optional[Callable[[Progress], None]], handle_sigint: bool) -> DriverResult:
+                 on_progress: Optional[Callable[[Progress], None]], handle_sigint: bool,
+                 on_tick: Optional[Callable[[], None]] = None) -> DriverResult:
     loop = asyncio.get_running_loop()
     sigint = False
 
@@ -166,6 +224,8 @@ async def _drive(driver: Driver, writer: ResultWriter, total: int,
     async def tick() -> None:
         while True:
             writer.maybe_flush()
+            if on_tick is not None:
+                on_tick()
             if on_progress is not None:
                 on_progress(Progress(driver.now(), total, driver.started, driver.in_flight, writer.counters))
             await asyncio.sleep(TICK)

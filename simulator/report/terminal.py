@@ -8,6 +8,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from .server import render_server
+
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")
 
 
@@ -117,8 +119,11 @@ def render(summary: dict[str, Any]) -> Group:
     parts: list[Any] = []
     if summary.get("partial"):
         parts.append(Text(f"PARTIAL RESULTS: {summary.get('stop_reason')}", style="bold yellow"))
-    parts += [call_table(summary), task_table(summary.get("tasks", {})), breakdown_table(summary.get("tasks", {})),
-              headline(summary)]
+    parts += [call_table(summary), task_table(summary.get("tasks", {})), breakdown_table(summary.get("tasks", {}))]
+    server = render_server(summary.get("server"))
+    if server is not None:
+        parts.append(server)
+    parts.append(headline(summary))
     return Group(*parts)
 
 
