@@ -5,8 +5,12 @@ loop. For each level of concurrent streams, every stream sends calls back to bac
 sends spread over 100 ms) for a few seconds, and the script prints:
 
 - output tokens/s, and the same per client core (client CPU time over wall time),
+- CPU microseconds per output token of the client and of the emulator (robust on a shared machine,
+  where wall-clock figures include waiting for a CPU),
+- how much of the wall time the client and the emulator waited for a CPU (runnable, not running:
+  on a shared machine, the share taken by others),
 - achieved streams (the most calls in flight at once),
-- client lag p99 (actual minus intended send: how late the client itself was),
+- client lag p50 and p99 (actual minus intended send: how late the client itself was),
 - TTFT and ITL error against the emulator's fixed truth, at p50 and p99 (measured minus truth).
 
 With ``--zero`` the emulator also runs with no delay at all (tokens as fast as it can write), which
@@ -14,9 +18,10 @@ shows the client's ceiling; then there is no timing truth and only throughput an
 Targets (from the issue): within 2 ms p50 / 5 ms p99 at 256 streams; at least 1,000 streams and
 50,000 tokens/s per client core before lag p99 passes 5 ms. Both processes share this machine's cores,
 so on a small or busy machine the emulator (one Python process) is usually the limit; its CPU share is
-printed too.
+printed too. ``--pin`` puts the emulator on one core and the client on another (sched_setaffinity);
+on a machine other people use, pinning can make it worse (a pinned process cannot flee a busy core).
 
-    .venv/bin/python benchmarks/client_capacity.py --levels 64,256,1024 --duration 3 --zero
+    .venv/bin/python benchmarks/client_capacity.py --levels 64,256,1024 --duration 3 --zero [--pin]
 """
 
 from __future__ import annotations
@@ -41,6 +46,16 @@ def child_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def run_queue_seconds(pid: int | str = "self") -> float:
+    """Seconds a process's main thread has spent runnable but waiting for a CPU (/proc schedstat):
+    when this is a large share of the wall time, the machine, not the code, is the limit."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except OSError:
+        return float("nan")
 
 
 async def level(url: str, streams: int, duration: float, output_tokens: int, pid: int | None) -> dict:
@@ -72,9 +87,11 @@ async def level(url: str, streams: int, duration: float, output_tokens: int, pid
 
         cpu0, wall0 = time.process_time(), time.perf_counter()
         emu0 = child_cpu_seconds(pid) if pid else 0.0
+        wait0, emu_wait0 = run_queue_seconds(), run_queue_seconds(pid) if pid else 0.0
         await asyncio.gather(*(stream(i) for i in range(streams)))
         cpu1, wall1 = time.process_time(), time.perf_counter()
         emu1 = child_cpu_seconds(pid) if pid else 0.0
+        wait1, emu_wait1 = run_queue_seconds(), run_queue_seconds(pid) if pid else 0.0
     wall = wall1 - wall0
     ok = [r for r in records if r.ok]
     tokens = sum(r.output_tokens for r in ok)
@@ -86,8 +103,12 @@ async def level(url: str, streams: int, duration: float, output_tokens: int, pid
         "failed": len(records) - len(ok),
         "tokens_per_s": tokens / wall,
         "tokens_per_core_s": tokens / max(cpu1 - cpu0, 1e-9),
+        "client_us_per_token": 1e6 * (cpu1 - cpu0) / max(tokens, 1),
+        "emulator_us_per_token": 1e6 * (emu1 - emu0) / max(tokens, 1),
         "client_cpu": cpu_share,
         "emulator_cpu": (emu1 - emu0) / wall,
+        "client_wait": (wait1 - wait0) / wall,
+        "emulator_wait": (emu_wait1 - emu_wait0) / wall,
         "lag": np.array([r.client_lag for r in records]),
         "ttft": np.array([r.ttft for r in ok if r.ttft is not None]),
         "itl": np.concatenate([np.asarray(g) for g in gaps_all]) if gaps_all else np.array([]),
@@ -103,7 +124,9 @@ def report(fig: dict, ttft: float | None, itl: float | None) -> str:
     line = (
         f"{fig['streams']:6d} {fig['achieved']:8d} {fig['calls']:6d} {fig['failed']:4d} "
         f"{fig['tokens_per_s']:10.0f} {fig['tokens_per_core_s']:11.0f} {fig['client_cpu'] * 100:5.0f}% "
-        f"{fig['emulator_cpu'] * 100:5.0f}% {ms(lag[1])}"
+        f"{fig['emulator_cpu'] * 100:5.0f}% {fig['client_wait'] * 100:4.0f}% {fig['emulator_wait'] * 100:4.0f}% "
+        f"{fig['client_us_per_token']:5.1f} {fig['emulator_us_per_token']:5.1f} "
+        f"{ms(lag[0])} {ms(lag[1])}"
     )
     if ttft is not None and fig["ttft"].size and fig["itl"].size:
         t50, t99 = np.percentile(fig["ttft"], [50, 99]) - ttft
@@ -113,7 +136,7 @@ def report(fig: dict, ttft: float | None, itl: float | None) -> str:
 
 
 HEADER = (
-    "streams achieved  calls fail   tokens/s tok/core-s client   emul  lag99"
+    "streams achieved  calls fail   tokens/s tok/core-s client   emul  waitcpu(c,e) us/tok(c,e)  lag50   lag99"
     "  ttft50  ttft99   itl50   itl99   (ms; errors = measured - truth)"
 )
 
@@ -122,6 +145,10 @@ async def run_mode(args: argparse.Namespace, ttft: float | None, itl: float | No
     cli = ["--ttft", str(ttft or 0.0), "--itl", str(itl or 0.0)]
     async with emulator_process(*cli) as emulator:
         url, pid = emulator.url, emulator.pid
+        if args.pin:
+            cores = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(pid, {cores[0]})
+            os.sched_setaffinity(0, {cores[-1]})
         title = f"fixed ttft={ttft * 1000:.0f} ms itl={itl * 1000:.0f} ms" if ttft is not None else "zero delay"
         print(f"\nemulator {url} ({title}), {args.output_tokens} output tokens per call, {args.duration:.0f} s per level")
         print(HEADER)
@@ -145,6 +172,7 @@ if __name__ == "__main__":
     parser.add_argument("--output-tokens", type=int, default=50)
     parser.add_argument("--zero", action="store_true", help="also run against a zero-delay emulator")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--pin", action="store_true", help="emulator on the first core, client on the last")
     args = parser.parse_args()
     print(f"client loop: {args.loop}; cores: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f}")
     if args.loop == "uvloop":

@@ -258,3 +258,31 @@ async def test_odd_streams(free_port, body, content_type, error_class, needle):
 def free_port():
     """A function returning a free loopback port."""
     return closed_port
+
+
+async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
+    """The server drops a kept-alive connection just as the next call arrives on it (the idle-timeout
+    race): the call goes again on a new connection, as the server never saw it."""
+    body = b'data: {"choices":[{"text":" a"}]}\n\ndata: [DONE]\n\n'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+
+    async def serve(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+        writer.write(answer)
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the next call on this connection: hang up without a word
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
+            first, _ = await client.send(req(out=1), 0.0)
+            second, _ = await client.send(req(index=1, out=1), 0.0)
+            opened = client.connections_opened
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert first.ok and second.ok
+    assert opened == 2

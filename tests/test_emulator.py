@@ -122,47 +122,108 @@ def test_prefix_cache_evicts_least_recent():
     assert cache.lookup_and_insert([1, 2, 3, 4, 5, 6, 0]) == 0
 
 
-async def test_fixed_timing_yields_on_absolute_schedule():
+def recorder(times, stop_after=None):
+    """An emit function noting when tokens came and how many; stops after `stop_after` tokens."""
+
+    def emit(count):
+        times.extend([time.perf_counter()] * count)
+        return stop_after is None or len(times) < stop_after
+
+    return emit
+
+
+async def test_fixed_timing_emits_on_absolute_schedule_for_every_request():
     timing = FixedTiming(ttft=0.02, itl=0.005)
-    start = time.perf_counter()
-    times = []
-    async for n in timing.tokens(start, 10, 10, 4):
-        assert n == 1
-        times.append(time.perf_counter() - start)
-    assert len(times) == 4
-    for i, t in enumerate(times):
-        assert t >= 0.02 + i * 0.005  # never early
+    try:
+        start = time.perf_counter()
+        records = [[] for _ in range(5)]
+        futures = [timing.submit(start + 0.003 * i, 10, 10, 4, recorder(records[i])) for i in range(5)]
+        await asyncio.gather(*futures)
+    finally:
+        await timing.close()
+    for i, times in enumerate(records):
+        assert len(times) == 4
+        for k, t in enumerate(times):
+            assert t >= start + 0.003 * i + 0.02 + k * 0.005  # never early
+
+
+async def test_fixed_timing_zero_delay_gives_one_token_a_pass():
+    timing = FixedTiming(ttft=0.0, itl=0.0)
+    try:
+        counts = [[] for _ in range(3)]
+        futures = [timing.submit(0.0, 10, 10, n, recorder(counts[i])) for i, n in enumerate((2, 5, 9))]
+        await asyncio.gather(*futures)
+        assert [len(c) for c in counts] == [2, 5, 9]
+        assert timing.passes == 9  # the three requests shared passes
+    finally:
+        await timing.close()
+
+
+@pytest.mark.parametrize("make", [lambda: FixedTiming(0.0, 0.001), lambda: BatchTiming(0.0, 0.0)])
+async def test_stopped_failed_and_abandoned_requests_leave_the_others_running(make):
+    timing = make()
+    try:
+        stopped, failed, abandoned, healthy = [], [], [], []
+
+        def boom(count):
+            failed.append(count)
+            raise ConnectionResetError("gone")
+
+        f_stop = timing.submit(0.0, 10, 10, 50, recorder(stopped, stop_after=3))
+        f_fail = timing.submit(0.0, 10, 10, 50, boom)
+        f_gone = timing.submit(0.0, 10, 10, 50, recorder(abandoned))
+        f_ok = timing.submit(0.0, 10, 10, 20, recorder(healthy))
+        f_gone.cancel()
+        await f_stop
+        with pytest.raises(ConnectionResetError):
+            await f_fail
+        await f_ok
+        assert len(stopped) == 3 and failed == [1] and abandoned == [] and len(healthy) == 20
+    finally:
+        await timing.close()
 
 
 async def test_batch_timing_serves_all_streams_in_shared_steps():
     timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0)
     counts = [3, 5, 8]
-
-    async def consume(n):
-        got = 0
-        async for k in timing.tokens(0.0, 10, 10, n):
-            got += k
-        return got
-
+    got = [[] for _ in counts]
     try:
-        assert await asyncio.gather(*(consume(n) for n in counts)) == counts
+        await asyncio.gather(*(timing.submit(0.0, 10, 10, n, recorder(got[i])) for i, n in enumerate(counts)))
+        assert [len(g) for g in got] == counts
         # all three ran in the same steps: 8 steps (plus admission) serve 16 tokens
         assert timing.steps <= 9
     finally:
         await timing.close()
 
 
-async def test_batch_timing_drops_abandoned_streams():
-    timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0)
+async def test_sequential_calls_reuse_one_connection():
+    from simulator.behaviour import CallRequest
+    from simulator.live.client import Client, Target
+    from simulator.workload import Call
+
+    emulator = Emulator(EmulatorSettings(ttft=0.001, itl=0.001))
+    url = await emulator.start()
     try:
-        gen = timing.tokens(0.0, 10, 10, 1000)
-        assert await gen.__anext__() == 1
-        await gen.aclose()
-        async for _ in timing.tokens(0.0, 10, 10, 2):
-            pass
-        assert timing._running == [] or all(s.gone for s in timing._running)
+        async with Client(Target(url), time.perf_counter()) as client:
+            for i in range(20):
+                record, _ = await client.send(CallRequest("t", "c", i, Call(input_tokens=32, output_tokens=5)), 0.0)
+                assert record.ok
     finally:
-        await timing.close()
+        await emulator.stop()
+    assert emulator.requests == 20
+    assert emulator.connections_opened <= 2  # one for GET /v1/models and the calls, at most one more
+    stats = emulator.stats()
+    assert stats["requests"] == 20 and stats["connections_opened"] == emulator.connections_opened
+    assert stats["emit_lateness"]["count"] == 20 * 5  # every token's lateness was noted
+    assert 0 <= stats["emit_lateness"]["p50"] <= stats["emit_lateness"]["max"]  # never early
+
+
+async def test_stats_route():
+    async with run_emulator() as url:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "/agentload/stats") as resp:
+                data = await resp.json()
+    assert data == {"requests": 0, "connections_opened": 1, "max_active_streams": 0}  # batched: no lateness
 
 
 def test_parse_fault():
@@ -243,12 +304,8 @@ async def test_batch_timing_respects_max_num_seqs():
     """Requests beyond max_num_seqs wait for a free slot (counted in scheduler steps, not time)."""
     timing = BatchTiming(prefill_per_token=0.0, decode_per_seq=0.0, max_num_seqs=2)
 
-    async def consume(n):
-        async for _ in timing.tokens(0.0, 1, 1, n):
-            pass
-
     try:
-        await asyncio.gather(*(consume(4) for _ in range(4)))
+        await asyncio.gather(*(timing.submit(0.0, 1, 1, 4, recorder([])) for _ in range(4)))
         # only two run at once: four streams of four tokens take at least eight steps
         assert timing.steps >= 8
     finally:

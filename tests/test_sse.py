@@ -12,7 +12,9 @@ STREAM = (
     b"data: line one\ndata: line two\n\n"
     b"data:no-space\r\rdata: [DONE]\n\n"
 )
-EXPECTED = ['{"choices":[{"text":" café"}]}', '{"a":1}', "line one\nline two", "no-space", "[DONE]"]
+EXPECTED = [
+    '{"choices":[{"text":" café"}]}'.encode(), b'{"a":1}', b"line one\nline two", b"no-space", b"[DONE]"
+]
 
 
 def parse(chunks):
@@ -47,7 +49,7 @@ def test_unterminated_last_event_is_returned_by_close():
     parser = SSEParser()
     assert parser.feed(b"data: x\n") == []
     assert parser.pending
-    assert parser.close() == ["x"]
+    assert parser.close() == [b"x"]
     assert not parser.pending
 
 

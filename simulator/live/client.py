@@ -3,10 +3,16 @@ and turns what happened into a `CallRecord`.
 
 Times are taken on `time.perf_counter` and reported in seconds since the run's start `t0`. The actual
 send time is taken when the request is written to the connection (after connection setup and any wait
-of the client's own, which therefore show as client lag, not as server time). TTFT runs from the actual send to the first chunk that carries generated text (or token ids);
+of the client's own, which therefore show as client lag, not as server time). TTFT runs from the actual
+send to the first chunk that carries generated text (or token ids);
 inter-token gaps are the times between later content chunks. Token counts come from the final ``usage``
 chunk (asked for with ``stream_options.include_usage``). Server and network faults never raise: they
 become records with ``ok=False``, an ``error_class`` and the server's own message when it gave one.
+
+Calls go over the keep-alive pool of `http1`: a token's time is taken in the protocol callback that
+reads its bytes, and a plain content chunk after the first is counted without a JSON parse (only its
+time matters; the first content chunk, the usage chunk and anything unusual are parsed with orjson).
+aiohttp serves the few setup requests (``/v1/models``, ``/tokenize``).
 """
 
 from __future__ import annotations
@@ -16,15 +22,21 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
+from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from ..behaviour import CallRequest
 from ..metrics.records import CallRecord
+from .http1 import ConnectionPool, HTTPError
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
 from .sse import SSEError, SSEParser
 
 ERROR_BODY_LIMIT = 4096
+_CHOICES = b'"choices":[{'
+_USAGE = b'"usage"'
+_loads = orjson.loads
 
 
 @dataclass(frozen=True)
@@ -55,23 +67,6 @@ class Target:
         """The base URL without a trailing slash or ``/v1``."""
         url = self.base_url.rstrip("/")
         return url[:-3] if url.endswith("/v1") else url
-
-
-class _TimedBody(aiohttp.BytesPayload):
-    """A JSON request body that notes when aiohttp starts writing it (with the coalesced headers):
-    the honest actual send time, after any wait of the client's own."""
-
-    def __init__(self, data: bytes, state: "_Stream") -> None:
-        super().__init__(data, content_type="application/json")
-        self._state = state
-
-    async def write(self, writer: Any) -> None:
-        self._state.sent = time.perf_counter()
-        await super().write(writer)
-
-    async def write_with_length(self, writer: Any, content_length: Optional[int]) -> None:
-        self._state.sent = time.perf_counter()
-        await super().write_with_length(writer, content_length)
 
 
 class _CallFailed(Exception):
@@ -125,6 +120,8 @@ class Client:
         self.calibration: TextCalibration = ASSUMED_CALIBRATION
         self._session: Optional[aiohttp.ClientSession] = None
         self._setup_lock = asyncio.Lock()
+        self._heads: dict[int, bytes] = {}
+        """The JSON of a request body before its prompt, by output tokens (the model is fixed once set up)."""
         self._ready = False
         root = target.root
         self._url = root + ("/v1/chat/completions" if target.api == "chat" else "/v1/completions")
@@ -134,8 +131,21 @@ class Client:
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=target.connect_timeout, sock_read=target.stall_timeout
         )
+        for name, value in self._headers.items():
+            if any(c in name + value for c in "\r\n\0"):
+                raise ValueError(f"header {name!r} holds a line break or NUL")
+        url = urlsplit(self._url)
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        self._pool: Optional[ConnectionPool] = None
+        self._host_header = ConnectionPool(root).host_header  # checks the URL early
+        lines = [f"POST {path} HTTP/1.1", f"Host: {self._host_header}", "Accept: text/event-stream"]
+        lines += [f"{name}: {value}" for name, value in self._headers.items()]
+        self._request_head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        """A streaming call's request head, but for its length (the calls go through `http1`)."""
 
     async def __aenter__(self) -> "Client":
+        # Calls stream over the lean pool of `http1`; aiohttp serves the few setup requests.
+        self._pool = ConnectionPool(self.target.root, self.target.max_connections, self.target.connect_timeout)
         connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None)
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
         try:
@@ -148,6 +158,14 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def connections_opened(self) -> int:
+        """Connections the calls have opened so far (a pool that reuses them opens few)."""
+        return self._pool.opened if self._pool is not None else 0
 
     async def setup(self) -> None:
         """Find the model (when not given) and, for chat, calibrate the prompt text; once."""
@@ -158,6 +176,7 @@ class Client:
                 return
             if self.model is None:
                 self.model = await self._first_model()
+                self._heads.clear()
             if self.target.api == "chat":
                 self.calibration = await calibrate_text(self._tokenize, self.model)
                 self.prompts.calibration = self.calibration
@@ -189,94 +208,76 @@ class Client:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return None
 
-    def _body(self, request: CallRequest) -> str:
-        call = request.call
-        out = call.output_tokens
-        head = {
-            "model": self.model,
-            "max_tokens": out,
-            "min_tokens": out,
-            "ignore_eos": True,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+    def _body(self, request: CallRequest) -> bytes:
+        out = request.call.output_tokens
+        head = self._heads.get(out)
+        if head is None:
+            fields = {
+                "model": self.model,
+                "max_tokens": out,
+                "min_tokens": out,
+                "ignore_eos": True,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            head = orjson.dumps(fields)[:-1]
+            if len(self._heads) < 4096:
+                self._heads[out] = head
         if self.target.api == "chat":
-            head["messages"] = self.prompts.messages(request)
-            return json.dumps(head)
-        return json.dumps(head)[:-1] + ', "prompt": ' + self.prompts.token_ids_json(request) + "}"
+            return head + b',"messages":' + orjson.dumps(self.prompts.messages(request)) + b"}"
+        return head + b',"prompt":' + self.prompts.token_ids_json(request) + b"}"
 
     async def send(self, request: CallRequest, intended_send: float) -> tuple[CallRecord, list[float]]:
         """Send one call, streaming; return its record and its inter-token gaps in seconds.
 
         Never raises for server or network faults: they become records with ``ok=False``."""
-        assert self._session is not None, "use Client as 'async with'"
-        gaps: list[float] = []
+        assert self._pool is not None, "use Client as 'async with'"
         state = _Stream()
         started = time.perf_counter()
         try:
             if not self._ready:
                 await self.setup()
-            data = _TimedBody(self._body(request).encode(), state)
+            body = self._body(request)
             started = time.perf_counter()
             if self.target.total_timeout is not None:
                 async with asyncio.timeout(self.target.total_timeout):
-                    await self._exchange(data, state, gaps)
+                    await self._exchange(body, state)
             else:
-                await self._exchange(data, state, gaps)
+                await self._exchange(body, state)
         except _CallFailed as exc:
             state.fail(exc.error_class, exc.message, exc.status)
-        except TimeoutError as exc:
-            if isinstance(exc, aiohttp.ClientError):
-                state.fail(*_classify(exc))
-            else:
-                state.fail("timeout", f"no complete response within total_timeout={self.target.total_timeout}s")
-        except aiohttp.ClientError as exc:
-            state.fail(*_classify(exc))
+        except HTTPError as exc:
+            if state.done is None:  # after [DONE] the server had answered in full
+                state.fail(exc.kind, exc.message)
+        except TimeoutError:
+            state.fail("timeout", f"no complete response within total_timeout={self.target.total_timeout}s")
         except OSError as exc:
             state.fail("connect" if state.status is None else "reset", f"{type(exc).__name__}: {exc}")
-        end = time.perf_counter()
+        ok = state.error_class is None
+        end = state.done if state.done is not None and ok else time.perf_counter()
         actual = state.sent if state.sent is not None else started
-        return self._record(request, intended_send, actual, end, state, gaps), gaps
+        return self._record(request, intended_send, actual, end, state, state.gaps), state.gaps
 
-    async def _exchange(self, data: _TimedBody, state: "_Stream", gaps: list[float]) -> None:
-        assert self._session is not None
-        async with self._session.post(self._url, data=data, headers=self._headers) as resp:
-            state.status = resp.status
-            if resp.status >= 400:
-                body = await resp.content.read(ERROR_BODY_LIMIT)
-                kind = "http_4xx" if resp.status < 500 else "http_5xx"
-                raise _CallFailed(kind, f"HTTP {resp.status}: {error_message(body)}", resp.status)
-            try:
-                await self._read_stream(resp, state, gaps)
-            except _CallFailed:
-                resp.close()  # drop the connection: the rest of this stream must not be read as the next
-                raise
-
-    async def _read_stream(self, resp: aiohttp.ClientResponse, state: "_Stream", gaps: list[float]) -> None:
-        parser = SSEParser()
-        perf = time.perf_counter
-        loads = json.loads
-        content = resp.content
+    async def _exchange(self, body: bytes, state: "_Stream") -> None:
+        assert self._pool is not None
+        data = self._request_head + b"%d\r\n\r\n" % len(body) + body
         while True:
-            chunk = await content.readany()
-            now = perf()
+            conn = await self._pool.acquire()
+            # The actual send: after any wait for a connection (the client's own lag), as it goes out.
+            state.sent = time.perf_counter()
+            done = conn.request(data, state, self.target.stall_timeout)
             try:
-                events = parser.feed(chunk) if chunk else parser.close()
-            except SSEError as exc:
-                raise _CallFailed("malformed", str(exc)) from None
-            if not chunk and not events:
-                raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
-            for event in events:
-                if event == "[DONE]":
-                    return
-                try:
-                    payload = loads(event)
-                    state.take(payload, now, gaps)
-                except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                    raise _CallFailed("malformed", f"bad stream event {event[:120]!r}: {exc}") from None
-            if not chunk:
-                raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
+                await done
+                return
+            except asyncio.CancelledError:
+                conn.abort()  # given up halfway: the rest of this response must not be read as the next
+                raise
+            except HTTPError as exc:
+                # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails
+                # before any answer: the server never saw the call, so it goes again on a new connection.
+                if not (exc.kind == "reset" and conn.served and state.status is None):
+                    raise
 
     def _record(
         self, request: CallRequest, intended: float, actual: float, end: float, state: "_Stream", gaps: list[float]
@@ -311,22 +312,82 @@ class Client:
 
 
 class _Stream:
-    """What one response has shown so far."""
+    """One response as it arrives (an `http1.Consumer`): status, token times, usage, or what failed."""
 
-    __slots__ = ("sent", "status", "first", "last", "chunks", "usage", "error_class", "error_message")
+    __slots__ = (
+        "sent", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
+        "gaps", "parser", "error_body",
+    )
 
     def __init__(self) -> None:
         self.sent: Optional[float] = None
         self.status: Optional[int] = None
         self.first: Optional[float] = None
         self.last = 0.0
+        self.done: Optional[float] = None
+        """When 'data: [DONE]' arrived: the call's end (reading the rest of the response is not its time)."""
         self.chunks = 0
         self.usage: Optional[dict[str, Any]] = None
         self.error_class: Optional[str] = None
         self.error_message: Optional[str] = None
+        self.gaps: list[float] = []
+        self.parser = SSEParser()
+        self.error_body: Optional[bytearray] = None
 
-    def take(self, payload: dict[str, Any], now: float, gaps: list[float]) -> None:
-        """Account one stream event that arrived at `now`."""
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+        if status >= 400:
+            self.error_body = bytearray()
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Body bytes read at `now`: split into events; a token's time is when its bytes were read."""
+        if self.error_body is not None:
+            if len(self.error_body) < ERROR_BODY_LIMIT:
+                self.error_body += data
+            return
+        if self.done is not None:
+            return
+        try:
+            events = self.parser.feed(data)
+        except SSEError as exc:
+            raise _CallFailed("malformed", str(exc)) from None
+        self._events(events, now)
+
+    def close(self, now: float) -> None:
+        """The response ended."""
+        if self.error_body is not None:
+            status = self.status or 0
+            kind = "http_4xx" if status < 500 else "http_5xx"
+            raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(self.error_body))}", status)
+        if self.done is None:
+            try:
+                events = self.parser.close()
+            except SSEError as exc:
+                raise _CallFailed("malformed", str(exc)) from None
+            self._events(events, now)
+        if self.done is None:
+            raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
+
+    def _events(self, events: list[bytes], now: float) -> None:
+        gaps = self.gaps
+        for event in events:
+            # After the first token, a well-formed chunk with choices and no usage is one more token:
+            # no need to parse it. Anything else (and anything not shaped like a JSON object) is parsed.
+            if self.first is not None and event[:1] == b"{" and event[-1:] == b"}" and _CHOICES in event and _USAGE not in event:
+                gaps.append(now - self.last)
+                self.last = now
+                self.chunks += 1
+                continue
+            if event == b"[DONE]":
+                self.done = now
+                return
+            try:
+                self.take(_loads(event), now)
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                raise _CallFailed("malformed", f"bad stream event {event[:120]!r}: {exc}") from None
+
+    def take(self, payload: dict[str, Any], now: float) -> None:
+        """Account one parsed stream event that arrived at `now`."""
         if "error" in payload and not payload.get("choices"):
             error = payload["error"]
             message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
@@ -345,7 +406,7 @@ class _Stream:
                 return
             self.first = now
         else:
-            gaps.append(now - self.last)
+            self.gaps.append(now - self.last)
         self.last = now
         self.chunks += 1
 

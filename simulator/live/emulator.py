@@ -9,7 +9,10 @@ context, as vLLM does), as vLLM does with ``ignore_eos``.
 When tokens come out is decided by a `TimingModel`: `FixedTiming` (first token exactly `ttft` after the
 request arrived, then one every `itl`, on absolute times) for timing-accuracy checks, or `BatchTiming`
 (one scheduler loop advancing every running stream per step; a step costs a base time, a per-running-
-sequence time and a per-uncached-prompt-token prefill time). A full server twin can replace either.
+sequence time and a per-uncached-prompt-token prefill time). A full server twin can replace either:
+a model takes requests with `TimingModel.submit` and calls each one's `Emit` callback from its own loop
+as tokens come due, so one loop serves every stream (no timer or task switch per stream and token). A
+stream's `Emit` writes its pre-encoded chunks straight to the connection.
 
 Faults on request make every client error path testable: per request with the header
 ``X-Agentload-Fault: http_500 | http_400 | http_NNN | reset | stall | malformed``, or at random with
@@ -19,7 +22,9 @@ Faults on request make every client error path testable: per request with the he
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
+import math
 import sys
 import time
 import uuid
@@ -27,9 +32,10 @@ import zlib
 from collections import OrderedDict, deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Protocol
+from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
 import numpy as np
+import orjson
 from aiohttp import web
 
 from ..errors import InputError
@@ -38,6 +44,11 @@ from .prompts import WORDS
 FAULT_HEADER = "X-Agentload-Fault"
 FAULT_KINDS = ("reset", "stall", "malformed")
 """Fault kinds besides ``http_NNN`` (any status from 400 to 599)."""
+
+MIN_SLEEP = 0.001
+"""Shortest timer the timing models set: event-loop timers have millisecond resolution."""
+LATENESS_KEPT = 200_000
+STATS_PATH = "/agentload/stats"
 
 # Tokens the emulator's pretend chat template adds: a few per conversation and per message.
 TEMPLATE_TOKENS = 3
@@ -109,13 +120,20 @@ class EmulatorSettings:
 
 # -- timing models --------------------------------------------------------------------------------
 
+Emit = Callable[[int], bool]
+"""Called by a timing model when `count` more tokens of a request are due; returns False to stop the
+request there (the client went away, or a fault ends the stream). Must not block."""
+
 
 class TimingModel(Protocol):
-    """Decides when each generated token of a request is due."""
+    """Decides when each generated token of a request is due, for all requests in one loop."""
 
-    def tokens(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int) -> AsyncIterator[int]:
-        """Yield, as time goes on, how many further tokens are now due (≥1 each time), `output_tokens` in
-        all. `arrival` is on `time.perf_counter`'s clock. Closing the iterator early abandons the request."""
+    def submit(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int, emit: Emit) -> "asyncio.Future[None]":
+        """Take a request that arrived at `arrival` (on `time.perf_counter`'s clock); call ``emit(count)``
+        from the model's loop as its tokens come due (≥1 each time, `output_tokens` in all, never within
+        this call). The returned future ends when the model is done with the request: all tokens
+        emitted, `emit` returned False, or `emit` raised (the future holds the exception). Cancelling
+        the future abandons the request."""
         ...
 
     async def close(self) -> None:
@@ -123,118 +141,78 @@ class TimingModel(Protocol):
         ...
 
 
-async def _sleep_until(when: float) -> None:
-    """Sleep until `time.perf_counter()` reaches `when`, never waking early (loop timers may round)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        delay = when - time.perf_counter()
-        if delay <= 0:
-            return
-        future = loop.create_future()
-        handle = loop.call_later(delay, future.set_result, None)
-        try:
-            await future
-        finally:
-            handle.cancel()
-
-
-class FixedTiming:
-    """First token `ttft` after arrival, each next one `itl` after the previous, on absolute times."""
-
-    def __init__(self, ttft: float, itl: float) -> None:
-        self.ttft, self.itl = ttft, itl
-
-    async def tokens(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int) -> AsyncIterator[int]:
-        for i in range(output_tokens):
-            due = arrival + self.ttft + i * self.itl
-            if due > time.perf_counter():
-                await _sleep_until(due)
-            else:
-                await asyncio.sleep(0)  # late or zero delay: still let the other streams take turns
-            yield 1
-
-    async def close(self) -> None:
-        return None
+def _wake(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _Sequence:
-    __slots__ = ("prefill", "left", "ready", "event", "gone")
+    """A request inside a timing model."""
 
-    def __init__(self, prefill: int, output_tokens: int) -> None:
+    __slots__ = ("prefill", "left", "emit", "future", "due", "index", "arrival")
+
+    def __init__(self, prefill: int, output_tokens: int, emit: Emit, future: "asyncio.Future[None]") -> None:
         self.prefill = prefill
         self.left = output_tokens
-        self.ready = 0
-        self.event = asyncio.Event()
-        self.gone = False
+        self.emit = emit
+        self.future = future
+        self.due = 0.0
+        self.index = 0
+        self.arrival = 0.0
 
-
-class BatchTiming:
-    """Continuous batching in one loop: each step admits waiting requests (their uncached prompt tokens
-    cost `prefill_per_token` each) and gives every running request one token. A step lasts
-    ``decode_base + decode_per_seq * running + prefill_per_token * admitted_uncached_tokens``."""
-
-    def __init__(self, prefill_per_token: float, decode_per_seq: float, decode_base: float = 0.0, max_num_seqs: int = 1024) -> None:
-        self.prefill_per_token = prefill_per_token
-        self.decode_per_seq = decode_per_seq
-        self.decode_base = decode_base
-        self.max_num_seqs = max_num_seqs
-        self._waiting: deque[_Sequence] = deque()
-        self._running: list[_Sequence] = []
-        self._wake = asyncio.Event()
-        self._task: Optional[asyncio.Task] = None
-        self.steps = 0
-
-    async def tokens(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int) -> AsyncIterator[int]:
-        if output_tokens <= 0:
-            return
-        seq = _Sequence(uncached_tokens, output_tokens)
-        self._waiting.append(seq)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-        self._wake.set()
-        given = 0
+    def give(self, count: int) -> bool:
+        """Emit `count` tokens; False when the request is over (finished, stopped or failed)."""
+        self.left -= count
         try:
-            while given < output_tokens:
-                await seq.event.wait()
-                seq.event.clear()
-                count, seq.ready = seq.ready, 0
-                given += count
-                yield count
+            keep = self.emit(count)
+        except Exception as exc:  # the model's loop must go on for the other requests
+            self.future.set_exception(exc)
+            return False
+        if not keep or self.left <= 0:
+            self.future.set_result(None)
+            return False
+        return True
+
+
+class _Loop:
+    """The one background task of a timing model, with a wake-up that new requests can pull forward."""
+
+    def __init__(self) -> None:
+        self._task: Optional[asyncio.Task] = None
+        self._wake: Optional[asyncio.Future[None]] = None
+        self._target = math.inf
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        if self._task is None:
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run())
+        assert self._loop is not None
+        return self._loop
+
+    def _poke(self, due: float) -> None:
+        """A request is due at `due`: wake the loop if it sleeps past that."""
+        if due < self._target and self._wake is not None:
+            _wake(self._wake)
+
+    async def _sleep(self, until: float) -> None:
+        """Sleep until `until` on perf_counter (math.inf: until poked), or until poked earlier.
+        Loop timers may fire up to a millisecond early; the caller re-checks the time."""
+        assert self._loop is not None
+        self._target = until
+        self._wake = future = self._loop.create_future()
+        # At least a millisecond: loop timers have that resolution, and a shorter delay would spin the loop.
+        handle = None if until == math.inf else self._loop.call_later(max(MIN_SLEEP, until - time.perf_counter()), _wake, future)
+        try:
+            await future
         finally:
-            seq.gone = True
+            if handle is not None:
+                handle.cancel()
+            self._wake = None
+            self._target = math.inf
 
     async def _run(self) -> None:
-        clock = time.perf_counter
-        next_step = clock()
-        while True:
-            if not self._running and not self._waiting:
-                self._wake.clear()
-                await self._wake.wait()
-                next_step = clock()
-            prefill = 0
-            while self._waiting and len(self._running) < self.max_num_seqs:
-                seq = self._waiting.popleft()
-                if not seq.gone:
-                    self._running.append(seq)
-                    prefill += seq.prefill
-            self._running = [s for s in self._running if not s.gone]
-            step = self.decode_base + self.decode_per_seq * len(self._running) + self.prefill_per_token * prefill
-            next_step = max(next_step + step, clock()) if step > 0 else clock()
-            if step > 0:
-                await _sleep_until(next_step)
-            else:
-                await asyncio.sleep(0)
-            self.steps += 1
-            still = []
-            for seq in self._running:
-                if seq.gone:
-                    continue
-                seq.ready += 1
-                seq.left -= 1
-                seq.event.set()
-                if seq.left > 0:
-                    still.append(seq)
-            self._running = still
+        raise NotImplementedError
 
     async def close(self) -> None:
         if self._task is not None:
@@ -244,6 +222,121 @@ class BatchTiming:
             except asyncio.CancelledError:
                 pass
             self._task = None
+
+
+class FixedTiming(_Loop):
+    """First token `ttft` after arrival, each next one `itl` after the previous, on absolute times.
+
+    One loop serves every request: a heap of due times, one sleep to the earliest, then one token to
+    every request due, written in one pass. A request that fell behind (the emulator was busy) catches
+    up one token a pass; with zero delays every request gets one token a pass, as fast as the loop goes."""
+
+    def __init__(self, ttft: float, itl: float) -> None:
+        super().__init__()
+        self.ttft, self.itl = ttft, itl
+        self._heap: list[tuple[float, int, _Sequence]] = []
+        self._count = 0
+        self.passes = 0
+        self.lateness: deque[float] = deque(maxlen=LATENESS_KEPT)
+        """Seconds each recent token was emitted after it was due: how far the emulator's own truth slips."""
+
+    def submit(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int, emit: Emit) -> "asyncio.Future[None]":
+        loop = self._ensure()
+        future: asyncio.Future[None] = loop.create_future()
+        if output_tokens <= 0:
+            future.set_result(None)
+            return future
+        seq = _Sequence(uncached_tokens, output_tokens, emit, future)
+        seq.arrival = arrival
+        due = arrival + self.ttft
+        self._count += 1
+        heapq.heappush(self._heap, (due, self._count, seq))
+        self._poke(due)
+        return future
+
+    async def _run(self) -> None:
+        heap = self._heap
+        clock = time.perf_counter
+        pop, push = heapq.heappop, heapq.heappush
+        ttft, itl = self.ttft, self.itl
+        while True:
+            if not heap:
+                await self._sleep(math.inf)
+                continue
+            now = clock()
+            if heap[0][0] > now:
+                await self._sleep(heap[0][0])
+                continue
+            due_now = []
+            while heap and heap[0][0] <= now:
+                due_now.append(pop(heap)[2])
+            late = self.lateness.append
+            for seq in due_now:
+                if seq.future.done():  # abandoned
+                    continue
+                late(now - (seq.arrival + ttft + seq.index * itl))
+                if seq.give(1):
+                    seq.index += 1
+                    self._count += 1
+                    push(heap, (seq.arrival + ttft + seq.index * itl, self._count, seq))
+            self.passes += 1
+            await asyncio.sleep(0)  # let the writes go out and new requests in
+
+
+class BatchTiming(_Loop):
+    """Continuous batching in one loop: each step admits waiting requests (their uncached prompt tokens
+    cost `prefill_per_token` each) and gives every running request one token. A step lasts
+    ``decode_base + decode_per_seq * running + prefill_per_token * admitted_uncached_tokens``."""
+
+    def __init__(self, prefill_per_token: float, decode_per_seq: float, decode_base: float = 0.0, max_num_seqs: int = 1024) -> None:
+        super().__init__()
+        self.prefill_per_token = prefill_per_token
+        self.decode_per_seq = decode_per_seq
+        self.decode_base = decode_base
+        self.max_num_seqs = max_num_seqs
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self.steps = 0
+
+    def submit(self, arrival: float, prompt_tokens: int, uncached_tokens: int, output_tokens: int, emit: Emit) -> "asyncio.Future[None]":
+        loop = self._ensure()
+        future: asyncio.Future[None] = loop.create_future()
+        if output_tokens <= 0:
+            future.set_result(None)
+            return future
+        self._waiting.append(_Sequence(uncached_tokens, output_tokens, emit, future))
+        self._poke(-math.inf)
+        return future
+
+    async def _run(self) -> None:
+        clock = time.perf_counter
+        next_step = clock()
+        while True:
+            if not self._running and not self._waiting:
+                await self._sleep(math.inf)
+                next_step = clock()
+                continue
+            prefill = 0
+            while self._waiting and len(self._running) < self.max_num_seqs:
+                seq = self._waiting.popleft()
+                if not seq.future.done():
+                    self._running.append(seq)
+                    prefill += seq.prefill
+            self._running = [s for s in self._running if not s.future.done()]
+            step = self.decode_base + self.decode_per_seq * len(self._running) + self.prefill_per_token * prefill
+            if step > 0:
+                next_step = max(next_step + step, clock())
+                while clock() < next_step:
+                    await self._sleep(next_step)
+            else:
+                next_step = clock()
+                await asyncio.sleep(0)
+            self.steps += 1
+            still = []
+            for seq in self._running:
+                if not seq.future.done() and seq.give(1):  # give: False once the request is over
+                    still.append(seq)
+            self._running = still
 
 
 def timing_from(settings: EmulatorSettings) -> TimingModel:
@@ -326,7 +419,10 @@ class Emulator:
         self.faults_served: dict[str, int] = {}
         self.active_streams = 0
         self.max_active_streams = 0
-        self._word_json = [json.dumps(" " + w) for w in WORDS]
+        self._word_json = [json.dumps(" " + w).encode() for w in WORDS]
+        self._model_json = json.dumps(settings.model)
+        self.connections_opened = 0
+        """TCP connections accepted so far (a client that reuses its connections opens few)."""
 
     # lifecycle
 
@@ -338,12 +434,22 @@ class Emulator:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_get(STATS_PATH, self._stats)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port in the running loop; return the base URL."""
         self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
+        server = self._runner.server
+        if server is not None:
+            accepted = server.connection_made
+
+            def connection_made(handler: Any, transport: Any) -> None:
+                self.connections_opened += 1
+                accepted(handler, transport)
+
+            server.connection_made = connection_made  # type: ignore[method-assign]
         site = web.TCPSite(self._runner, host, port, backlog=4096)
         await site.start()
         bound_host, bound_port = self._runner.addresses[0][:2]
@@ -366,6 +472,24 @@ class Emulator:
         await self.stop()
 
     # routes
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, and with fixed timing how late tokens went out (seconds): the emulator's own error,
+        part of any TTFT/ITL error a client measures against it."""
+        out: dict[str, Any] = {
+            "requests": self.requests,
+            "connections_opened": self.connections_opened,
+            "max_active_streams": self.max_active_streams,
+        }
+        lateness = getattr(self.timing, "lateness", None)
+        if lateness:
+            values = np.fromiter(lateness, float, len(lateness))
+            p50, p99 = np.percentile(values, [50, 99])
+            out["emit_lateness"] = {"count": len(values), "p50": float(p50), "p99": float(p99), "max": float(values.max())}
+        return out
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -404,8 +528,8 @@ class Emulator:
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError) as exc:
+            body = orjson.loads(await request.read())
+        except ValueError as exc:  # orjson's errors (bad JSON, bad UTF-8) are ValueErrors
             raise RequestError(400, f"Invalid JSON body: {exc}") from None
         if not isinstance(body, dict):
             raise RequestError(400, "Request body must be a JSON object")
@@ -450,11 +574,12 @@ class Emulator:
             prompt = prompt[0]
         if isinstance(prompt, str):
             return [_word_id(w, vocab) for w in prompt.split()]
-        if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        # set(map(type, ...)), min and max run in C: a per-token Python check was a third of a request's cost
+        if isinstance(prompt, list) and set(map(type, prompt)) <= {int}:
             if not prompt:
                 raise RequestError(400, "Prompt cannot be empty")
-            bad = next((t for t in prompt if not 0 <= t < vocab), None)
-            if bad is not None:
+            if min(prompt) < 0 or max(prompt) >= vocab:
+                bad = next(t for t in prompt if not 0 <= t < vocab)
                 raise RequestError(400, f"Token id {bad} is out of vocabulary")
             return prompt
         raise RequestError(400, "'prompt' must be a string, a list of token ids, or a one-element list of either")
@@ -518,25 +643,46 @@ class Emulator:
             "completion_tokens": max_tokens,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
-        tokens = self.timing.tokens(arrival, len(ids), len(ids) - cached, max_tokens)
         self.active_streams += 1
         self.max_active_streams = max(self.max_active_streams, self.active_streams)
+        done: Optional[asyncio.Future[None]] = None
         try:
-            if body.get("stream"):
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                return await self._stream(request, tokens, chat, max_tokens, usage if include_usage else None, fault)
-            count = 0
-            async for n in tokens:
-                count += n
-            return web.json_response(self._whole(chat, max_tokens, usage))
+            if not body.get("stream"):
+                done = self.timing.submit(arrival, len(ids), len(ids) - cached, max_tokens, _keep_going)
+                await done
+                return web.json_response(self._whole(chat, max_tokens, usage))
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(b"")  # the headers go out now, as vLLM's do, before the first token
+            writer = _ChunkWriter(request, self._head(chat)[1], chat, max_tokens, self._word_json, fault)
+            done = self.timing.submit(arrival, len(ids), len(ids) - cached, max_tokens, writer)
+            try:
+                await done
+            except ConnectionError:
+                return response  # the client went away
+            if writer.stop == "reset":
+                return response
+            if writer.stop == "stall":
+                await asyncio.sleep(self.settings.stall_seconds)
+                return response
+            if writer.stop is not None:  # the transport closed under us
+                return response
+            tail = b"data: [DONE]\n\n"
+            if include_usage:
+                tail = f'data: {writer.head},"choices":[],"usage":{json.dumps(usage)}}}\n\n'.encode() + tail
+            await response.write_eof(tail)  # the last chunks and the end of the response in one write
+            return response
         finally:
             self.active_streams -= 1
-            await tokens.aclose()
+            if done is not None and not done.done():
+                done.cancel()  # abandoned (the handler was cancelled): the timing model drops it
 
     def _head(self, chat: bool) -> tuple[str, str]:
         kind = "chat.completion" if chat else "text_completion"
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        return rid, f'{{"id":"{rid}","object":"{kind}{".chunk" if chat else ""}","created":{int(time.time())},"model":{json.dumps(self.settings.model)}'
+        return rid, f'{{"id":"{rid}","object":"{kind}{".chunk" if chat else ""}","created":{int(time.time())},"model":{self._model_json}'
 
     def _whole(self, chat: bool, max_tokens: int, usage: dict[str, Any]) -> dict[str, Any]:
         text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
@@ -554,52 +700,70 @@ class Emulator:
             "usage": usage,
         }
 
-    async def _stream(
-        self,
-        request: web.Request,
-        tokens: AsyncIterator[int],
-        chat: bool,
-        max_tokens: int,
-        usage: Optional[dict[str, Any]],
-        fault: Optional[str],
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        _, head = self._head(chat)
-        words = self._word_json
-        nwords = len(words)
+
+def _keep_going(count: int) -> bool:
+    return True
+
+
+class _ChunkWriter:
+    """Writes the token chunks of one SSE response straight to its connection, from the timing model's
+    loop (no task switch per token). Each chunk is its pre-encoded head, the word and a tail, framed for
+    HTTP chunked transfer encoding (the response was prepared chunked and its headers already sent)."""
+
+    __slots__ = ("transport", "head", "opening", "prefix", "tail", "last_tail", "words", "sent", "max_tokens", "fault", "stop")
+
+    def __init__(self, request: web.Request, head: str, chat: bool, max_tokens: int, words: list[bytes], fault: Optional[str]) -> None:
+        self.transport = request.transport
+        self.head = head
+        raw = head.encode()
         if chat:
-            opening = f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'
-        sent = 0
-        async for n in tokens:
-            parts = []
-            if chat and sent == 0:
-                parts.append(opening)
-            for _ in range(n):
-                word = words[sent % nwords]
-                sent += 1
-                finish = '"length"' if sent == max_tokens else "null"
-                if chat:
-                    parts.append(f'data: {head},"choices":[{{"index":0,"delta":{{"content":{word}}},"logprobs":null,"finish_reason":{finish}}}]}}\n\n')
-                else:
-                    parts.append(f'data: {head},"choices":[{{"index":0,"text":{word},"logprobs":null,"finish_reason":{finish},"stop_reason":null}}]}}\n\n')
-            await response.write("".join(parts).encode())
-            if fault is not None and sent >= min(2, max_tokens):
-                if fault == "reset":
-                    if request.transport is not None:
-                        request.transport.abort()
-                    return response
-                if fault == "stall":
-                    await asyncio.sleep(self.settings.stall_seconds)
-                    return response
-                if fault == "malformed":
-                    await response.write(b'data: {"choices": [\n\n')
-                    fault = None
-        if usage is not None:
-            await response.write(f'data: {head},"choices":[],"usage":{json.dumps(usage)}}}\n\n'.encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+            self.opening: bytes = b"data: " + raw + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+            self.prefix = b"data: " + raw + b',"choices":[{"index":0,"delta":{"content":'
+            self.tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+            self.last_tail = b'},"logprobs":null,"finish_reason":"length"}]}\n\n'
+        else:
+            self.opening = b""
+            self.prefix = b"data: " + raw + b',"choices":[{"index":0,"text":'
+            self.tail = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+            self.last_tail = b',"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
+        self.words = words
+        self.sent = 0
+        self.max_tokens = max_tokens
+        self.fault = fault
+        self.stop: Optional[str] = None
+        """Why the stream stopped early: a fault kind, or 'closed' when the connection went."""
+
+    def __call__(self, count: int) -> bool:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.stop = "closed"
+            return False
+        parts = [self.opening] if self.sent == 0 and self.opening else []
+        words, prefix, tail = self.words, self.prefix, self.tail
+        sent, last = self.sent, self.max_tokens
+        for _ in range(count):
+            sent += 1
+            parts += (prefix, words[sent % len(words)], tail if sent != last else self.last_tail)
+        self.sent = sent
+        fault = self.fault
+        if fault is not None and sent >= min(2, last):
+            if fault == "reset":
+                self._write(parts)
+                transport.abort()
+                self.stop = fault
+                return False
+            if fault == "stall":
+                self._write(parts)
+                self.stop = fault
+                return False
+            parts.append(b'data: {"choices": [\n\n')  # malformed, once
+            self.fault = None
+        self._write(parts)
+        return True
+
+    def _write(self, parts: list[bytes]) -> None:
+        data = b"".join(parts)
+        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]
 
 
 @asynccontextmanager

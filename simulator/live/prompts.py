@@ -114,13 +114,13 @@ class PromptBuilder:
         self.seed = seed
         self.share_prefixes = share_prefixes
         self._cache_size = cache_blocks
-        self._blocks: OrderedDict[tuple, tuple[list[int], str]] = OrderedDict()
+        self._blocks: OrderedDict[tuple, tuple[list[int], bytes]] = OrderedDict()
         self._words: OrderedDict[tuple, str] = OrderedDict()
         self.calibration = calibration
-        self._fillers: dict[int, tuple[list[int], str]] = {}
+        self._fillers: dict[int, tuple[list[int], bytes]] = {}
         self._pool: Optional[np.ndarray] = None
-        # JSON text of every token id, so a prompt's JSON is joined from strings, not formatted per call.
-        self._id_text = [str(i) for i in range(high)]
+        # JSON bytes of every token id, so a prompt's JSON is joined from bytes, not formatted per call.
+        self._id_text = [str(i).encode() for i in range(high)]
 
     # -- token ids ---------------------------------------------------------------------------------
 
@@ -136,14 +136,14 @@ class PromptBuilder:
         key = f"{self.seed}\x00{purpose}\x00{request.task_id}\x00{request.call_index}\x00{request.attempt}"
         return np.frombuffer(hashlib.shake_128(key.encode()).digest(4 * count), dtype="<u4").tolist()
 
-    def _block(self, hash_id: int, size: int, salt: int) -> tuple[list[int], str]:
+    def _block(self, hash_id: int, size: int, salt: int) -> tuple[list[int], bytes]:
         key = (hash_id, size, salt)
         hit = self._blocks.get(key)
         if hit is not None:
             self._blocks.move_to_end(key)
             return hit
         ids = self._rng(1, hash_id & _MASK64, size, salt).integers(self.low, self.high, size).tolist()
-        entry = (ids, ",".join([self._id_text[i] for i in ids]))
+        entry = (ids, b",".join([self._id_text[i] for i in ids]))
         self._blocks[key] = entry
         if len(self._blocks) > self._cache_size:
             self._blocks.popitem(last=False)
@@ -162,7 +162,7 @@ class PromptBuilder:
             left -= size
         return blocks, max(0, left), 0 if self.share_prefixes else self._salt(request)
 
-    def _pieces(self, request: CallRequest) -> list[tuple[list[int], str]]:
+    def _pieces(self, request: CallRequest) -> list[tuple[list[int], bytes]]:
         call = request.call
         size = call.block_size or self.default_block_size
         blocks, tail, salt = self._plan(request)
@@ -171,36 +171,36 @@ class PromptBuilder:
             ids, text = self._block(hash_id, size, salt)
             if used < size:
                 ids = ids[:used]
-                text = ",".join([self._id_text[i] for i in ids])
+                text = b",".join([self._id_text[i] for i in ids])
             pieces.append((ids, text))
         if tail:
             pieces.extend(self._tail(request, tail))
         return pieces
 
-    def _tail(self, request: CallRequest, length: int) -> list[tuple[list[int], str]]:
+    def _tail(self, request: CallRequest, length: int) -> list[tuple[list[int], bytes]]:
         head_len = min(length, UNIQUE_HEAD)
         fillers = -(-(length - head_len) // FILLER_BLOCK)
         draws = self._call_draws(request, 2, head_len + fillers)
         span = self.high - self.low
         head = [self.low + d % span for d in draws[:head_len]]
-        pieces = [(head, ",".join([self._id_text[i] for i in head]))]
+        pieces = [(head, b",".join([self._id_text[i] for i in head]))]
         left = length - head_len
         for draw in draws[head_len:]:
             ids, text = self._filler(draw % FILLER_POOL)
             if left < FILLER_BLOCK:
                 ids = ids[:left]
-                text = ",".join([self._id_text[i] for i in ids])
+                text = b",".join([self._id_text[i] for i in ids])
             pieces.append((ids, text))
             left -= len(ids)
         return pieces
 
-    def _filler(self, index: int) -> tuple[list[int], str]:
+    def _filler(self, index: int) -> tuple[list[int], bytes]:
         hit = self._fillers.get(index)
         if hit is None:
             if self._pool is None:  # the whole pool in one draw: cheaper than one Generator a block
                 self._pool = self._rng(5).integers(self.low, self.high, (FILLER_POOL, FILLER_BLOCK))
             ids = self._pool[index].tolist()
-            hit = self._fillers[index] = (ids, ",".join([self._id_text[i] for i in ids]))
+            hit = self._fillers[index] = (ids, b",".join([self._id_text[i] for i in ids]))
         return hit
 
     def token_ids(self, request: CallRequest) -> list[int]:
@@ -210,9 +210,10 @@ class PromptBuilder:
             out.extend(ids)
         return out
 
-    def token_ids_json(self, request: CallRequest) -> str:
-        """The same prompt as a JSON array, joined from cached per-block text (cheap for long prompts)."""
-        return "[" + ",".join(text for _, text in self._pieces(request) if text) + "]"
+    def token_ids_json(self, request: CallRequest) -> bytes:
+        """The same prompt as a JSON array (UTF-8 bytes), joined from cached per-block bytes (cheap for
+        long prompts)."""
+        return b"[" + b",".join([text for _, text in self._pieces(request) if text]) + b"]"
 
     # -- text --------------------------------------------------------------------------------------
 
