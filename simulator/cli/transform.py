@@ -1,0 +1,49 @@
+"""`agentload transform IN... -o OUT.jsonl --time-scale ...`: apply workload transforms to traces."""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import ValidationError
+
+from ..errors import InputError
+from ..traces import load, native
+from ..transforms import TransformSpec, apply
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `transform` command."""
+    p = subparsers.add_parser("transform", help="rescale, cap, filter or sample a workload")
+    p.add_argument("paths", nargs="+", metavar="IN", help="trace files or folders (read as one workload)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="native trace to write")
+    p.add_argument("--format", default=None, help="trace format (default: detect)")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    p.add_argument("--seed", type=int, default=0, help="seed for --sample and --rate-mode overlay")
+    p.add_argument("--time-scale", type=float, help="multiply arrival times (2 = half the rate, same pattern)")
+    p.add_argument("--gap-scale", type=float, help="multiply the gaps before calls")
+    p.add_argument("--rate-scale", type=float, help="tasks per second x this, burstiness kept")
+    p.add_argument("--rate-mode", choices=("compress", "overlay"), help="compress time (default) or overlay shifted copies")
+    p.add_argument("--gap-cap", type=float, metavar="S", help="cut longer gaps to S seconds")
+    p.add_argument("--token-scale", type=float, help="multiply input and output tokens")
+    p.add_argument("--context-cap", type=int, metavar="TOKENS", help="most input + output tokens of a call")
+    p.add_argument("--classes", metavar="A,B", help="keep only these task classes")
+    p.add_argument("--sample", type=int, metavar="N", help="keep N tasks (seeded)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    fields = ("time_scale", "gap_scale", "rate_scale", "rate_mode", "gap_cap", "token_scale", "context_cap", "sample")
+    given = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    if args.classes:
+        given["classes"] = [c for c in args.classes.split(",") if c]
+    try:
+        spec = TransformSpec(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        raise InputError(first["msg"], field="--" + name.replace("_", "-")) from None
+    workload = apply(load(args.paths, args.format, args.on_error), spec, seed=args.seed)
+    native.write(workload, args.output)
+    tasks, calls, _ = workload.counts()
+    print(f"wrote {tasks} tasks, {calls} calls -> {args.output}")
+    return 0

@@ -1,0 +1,118 @@
+"""Workload transforms, each checked by hand on a tiny workload."""
+
+import pytest
+
+from simulator.errors import InputError
+from simulator.transforms import (
+    TransformSpec, apply, filter_classes, gap_cap, gap_scale, rate_scale, sample, time_scale, token_scale,
+)
+from simulator.workload import Call, SubTask, Task, Workload, appended_tokens
+
+
+def _calls(*specs):
+    return tuple(Call(input_tokens=i, output_tokens=o, gap=g, hash_ids=ids, block_size=4 if ids else 0) for i, o, g, ids in specs)
+
+
+@pytest.fixture
+def work() -> Workload:
+    sub = Task(id="a.s", calls=_calls((8, 2, 0.0, (1, 2))))
+    a = Task(id="a", arrival=10.0, task_class="x",
+             calls=_calls((8, 4, 0.0, (1, 2)), (16, 6, 30.0, (1, 2, 3, 4))),
+             subtasks=(SubTask(after_call=0, task=sub),))
+    b = Task(id="b", arrival=14.0, task_class="y", calls=_calls((12, 2, 5.0, (1, 2, 9))))
+    c = Task(id="c", arrival=20.0, task_class="x", calls=_calls((4, 1, 100.0, (7,))))
+    return Workload((a, b, c))
+
+
+def test_time_scale_stretches_arrivals_not_gaps(work):
+    out = time_scale(work, 2.0)
+    assert [t.arrival for t in out.tasks] == [10.0, 18.0, 30.0]
+    assert [c.gap for c in out.all_calls()] == [c.gap for c in work.all_calls()]
+    assert out.provenance[-1].format == "time_scale"
+
+
+def test_gap_scale_and_cap_touch_every_call_including_subtasks(work):
+    assert [c.gap for c in gap_scale(work, 0.5).all_calls()] == [0.0, 15.0, 0.0, 2.5, 50.0]
+    assert [c.gap for c in gap_cap(work, 20.0).all_calls()] == [0.0, 20.0, 0.0, 5.0, 20.0]
+    assert [t.arrival for t in gap_cap(work, 20.0).tasks] == [10.0, 14.0, 20.0]
+
+
+def test_rate_scale_compress_divides_time(work):
+    out = rate_scale(work, 2.0)
+    assert [t.arrival for t in out.tasks] == [10.0, 12.0, 15.0]
+    assert [t.id for t in out.tasks] == ["a", "b", "c"]
+
+
+def test_rate_scale_overlay_keeps_the_span_and_separates_copies(work):
+    out = rate_scale(work, 2.0, mode="overlay", seed=1)
+    assert len(out.tasks) == 6
+    period = 10.0 * 3 / 2
+    assert all(10.0 <= t.arrival < 10.0 + period for t in out.tasks)
+    ids = [t.id for t in out.tasks]
+    assert len(set(ids)) == 6 and sum("~1" in i for i in ids) == 3
+    copy_a = next(t for t in out.tasks if t.id == "a~1")
+    # Copies carry their own hash ids (other users, other prompts), same structure.
+    assert copy_a.calls[1].hash_ids == tuple(i + 10 for i in (1, 2, 3, 4))
+    thinner = rate_scale(work, 0.5, mode="overlay", seed=1)
+    assert len(thinner.tasks) == 2 and {t.id for t in thinner.tasks} <= {"a", "b", "c"}
+    assert rate_scale(work, 2.0, mode="overlay", seed=1) == out
+
+
+def test_filter_and_sample(work):
+    assert [t.id for t in filter_classes(work, ["x"]).tasks] == ["a", "c"]
+    with pytest.raises(InputError, match="classes present"):
+        filter_classes(work, ["zzz"])
+    picked = sample(work, 2, seed=3)
+    assert len(picked.tasks) == 2 and picked == sample(work, 2, seed=3)
+    assert [t.arrival for t in picked.tasks] == sorted(t.arrival for t in picked.tasks)
+    assert len(sample(work, 10).tasks) == 3
+
+
+def test_token_scale_halves_tokens_and_keeps_prefix_sharing(work):
+    out = token_scale(work, 0.5)
+    a = out.tasks[0]
+    assert [(c.input_tokens, c.output_tokens) for c in a.calls] == [(4, 2), (8, 3)]
+    first, second = a.calls
+    # 4 tokens = 1 block of 4, 8 tokens = 2 blocks; the second prompt still starts with the first.
+    assert len(first.hash_ids) == 1 and len(second.hash_ids) == 2
+    assert second.hash_ids[:1] == first.hash_ids
+    assert appended_tokens(second, first) == 4
+    # Task b shared its first two original blocks with a: it still shares the first scaled block.
+    b = out.tasks[1]
+    assert b.calls[0].hash_ids[0] == first.hash_ids[0]
+    # Task c shared nothing.
+    assert not set(out.tasks[2].calls[0].hash_ids) & {i for c in a.calls for i in c.hash_ids}
+
+
+def test_token_scale_up_keeps_sharing():
+    t1 = Task(id="p", calls=_calls((8, 1, 0.0, (1, 2))))
+    t2 = Task(id="q", calls=_calls((8, 1, 0.0, (1, 3))))
+    out = token_scale(Workload((t1, t2)), 2.0)
+    p, q = (t.calls[0] for t in out.tasks)
+    assert p.input_tokens == 16 and len(p.hash_ids) == 4
+    # The first original block became two blocks, shared; the second differs.
+    assert p.hash_ids[:2] == q.hash_ids[:2] and p.hash_ids[2:] != q.hash_ids[2:]
+    assert len(set(p.hash_ids)) == 4
+
+
+def test_context_cap_limits_each_call(work):
+    out = token_scale(work, 1.0, context_cap=10)
+    for c in out.all_calls():
+        assert c.input_tokens + c.output_tokens <= 10
+        assert len(c.hash_ids) <= c.input_tokens // 4
+    second = out.tasks[0].calls[1]
+    assert (second.input_tokens, second.output_tokens) == (5, 5)
+    assert second.hash_ids == (1,)
+
+
+def test_apply_runs_the_spec_in_order(work):
+    spec = TransformSpec(classes=["x"], time_scale=2.0, gap_cap=10.0, token_scale=2.0)
+    out = apply(work, spec, seed=0)
+    assert [t.id for t in out.tasks] == ["a", "c"]
+    assert [t.arrival for t in out.tasks] == [10.0, 30.0]
+    assert max(c.gap for c in out.all_calls()) == 10.0
+    assert out.tasks[0].calls[0].input_tokens == 16
+    assert [p.format for p in out.provenance] == ["filter_classes", "time_scale", "gap_cap", "token_scale"]
+    assert apply(work, TransformSpec()) == work
+    with pytest.raises(ValueError):
+        TransformSpec(time_scale=0)
