@@ -132,7 +132,13 @@ class Scenario(_Strict):
     workload: WorkloadSpec
     target: Optional[TargetSpec] = Field(None, description="Server under test (default: the built-in emulator).")
     emulator: dict[str, Any] = Field(
-        default_factory=dict, description="Settings of the built-in emulator, used when `target` is absent."
+        default_factory=dict,
+        description="Settings of the built-in emulator, used when `target` is absent (simulator.live.emulator."
+        "EmulatorSettings). `profile: NAME|PATH` (a server-profile preset or YAML file, relative to the scenario "
+        "file) makes it run the server twin of that profile in real time, as `agentload simulate -p` does; "
+        "otherwise `ttft`/`itl` (fixed timing) or `prefill_per_token`/`decode_per_seq`/`decode_base` (batching).",
+        json_schema_extra={"properties": {"profile": {
+            "type": "string", "description": "Server profile (preset name or YAML path) whose twin serves the requests."}}},
     )
     run: RunSpec = Field(default_factory=RunSpec)
     slo: Slo = Field(default_factory=Slo)
@@ -145,6 +151,8 @@ class Scenario(_Strict):
             unknown = sorted(set(value) - known)
             if unknown:
                 raise ValueError(f"unknown emulator setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        if "profile" in value and not isinstance(value["profile"], str):
+            raise ValueError("emulator.profile must be a preset name or a YAML path")
         return value
 
     _source: Optional[str] = PrivateAttr(None)
@@ -225,7 +233,25 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
     except ValidationError as exc:
         raise _describe(exc, node, source, set_keys) from None
     scenario._source = source
+    _resolve_emulator_profile(scenario, node, source)
     return scenario
+
+
+def _resolve_emulator_profile(scenario: Scenario, root: Any, source: str) -> None:
+    """Check `emulator.profile` loads, a relative YAML path resolved against the scenario's folder."""
+    name = scenario.emulator.get("profile")
+    if name is None:
+        return
+    from .sim.profile import load_profile  # noqa: PLC0415 - only scenarios that ask for a twin
+
+    path = _resolve(scenario.base_dir(), name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        name = scenario.emulator["profile"] = str(path)
+    try:
+        load_profile(name)
+    except InputError as exc:
+        raise InputError(f"emulator profile: {exc.message}", file=source, line=_line_of(root, ["emulator", "profile"]),
+                         path="emulator.profile", field="profile") from None
 
 
 def _apply_override(data: dict, item: str, source: str) -> str:

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run a vLLM-like OpenAI-compatible server without a model (for tests and dry runs)",
         description=(
             "Serve /v1/models, /health, /v1/completions, /v1/chat/completions and /tokenize like vLLM. "
-            "With --ttft/--itl every stream gets exactly those times; otherwise a batching model "
+            "With --profile the server twin of that profile (as `agentload simulate -p`) schedules the requests "
+            "in real time: queueing, chunked prefill, prefix caching, preemption, and vLLM's /metrics. "
+            "Otherwise, with --ttft/--itl every stream gets exactly those times, or a batching model "
             "(--prefill-per-token, --decode-per-seq, --decode-base) decides them."
         ),
     )
@@ -26,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="agentload-emulator", help="served model name")
     parser.add_argument("--max-model-len", type=int, default=131072)
     parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--profile", metavar="NAME|PATH",
+                        help="server profile (preset name or YAML file) whose twin decides token times; "
+                        "its max_model_len replaces --max-model-len")
     parser.add_argument("--ttft", type=float, help="fixed seconds to the first token")
     parser.add_argument("--itl", type=float, help="fixed seconds between tokens")
     parser.add_argument("--prefill-per-token", type=float, default=0.0, help="step seconds per uncached prompt token")
@@ -50,6 +55,12 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
     for name in ("max_model_len", "vocab_size", "max_num_seqs", "block_size"):
         if getattr(args, name) <= 0:
             raise InputError("must be positive", file="command line", field="--" + name.replace("_", "-"))
+    if args.profile is not None:
+        if args.ttft is not None or args.itl is not None:
+            raise InputError("give --profile or --ttft/--itl, not both", file="command line", field="--profile")
+        from ..sim.profile import load_profile  # noqa: PLC0415 - fail here, before listening
+
+        load_profile(args.profile)
     faults = tuple(parse_fault(text) for text in args.fault)
     if sum(rate for _, rate in faults) > 1.0:
         raise InputError("fault rates add up to more than 1", file="--fault", field="rate")
@@ -66,6 +77,7 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
         block_size=args.block_size,
         faults=faults,
         seed=args.seed,
+        profile=args.profile,
     )
 
 

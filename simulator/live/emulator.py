@@ -9,10 +9,11 @@ context, as vLLM does), as vLLM does with ``ignore_eos``.
 When tokens come out is decided by a `TimingModel`: `FixedTiming` (first token exactly `ttft` after the
 request arrived, then one every `itl`, on absolute times) for timing-accuracy checks, or `BatchTiming`
 (one scheduler loop advancing every running stream per step; a step costs a base time, a per-running-
-sequence time and a per-uncached-prompt-token prefill time). A full server twin can replace either:
-a model takes requests with `TimingModel.submit` and calls each one's `Emit` callback from its own loop
-as tokens come due, so one loop serves every stream (no timer or task switch per stream and token). A
-stream's `Emit` writes its pre-encoded chunks straight to the connection.
+sequence time and a per-uncached-prompt-token prefill time), or `TwinTiming` (the setting `profile`,
+`simulator.live.twin_timing`): the server twin of a profile run in real time, with its own prefix cache
+and vLLM's ``GET /metrics``. A model takes requests with `TimingModel.submit` and calls each one's
+`Emit` callback from its own loop as tokens come due, so one loop serves every stream (no timer or task
+switch per stream and token). A stream's `Emit` writes its pre-encoded chunks straight to the connection.
 
 Faults on request make every client error path testable: per request with the header
 ``X-Agentload-Fault: http_500 | http_400 | http_NNN | reset | stall | malformed``, or at random with
@@ -22,6 +23,7 @@ Faults on request make every client error path testable: per request with the he
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import json
 import math
@@ -116,6 +118,10 @@ class EmulatorSettings:
     """When set, requests must carry ``Authorization: Bearer <api_key>``."""
     stall_seconds: float = 3600.0
     """How long a stalled stream hangs (until the client goes away, at most this)."""
+    profile: Optional[str] = None
+    """A server profile (preset name or YAML path): the server twin of `simulator.sim` decides token
+    times in real time (`simulator.live.twin_timing`), and its `max_model_len` and prefix cache apply;
+    the batching and fixed-timing settings are then unused."""
 
 
 # -- timing models --------------------------------------------------------------------------------
@@ -341,6 +347,10 @@ class BatchTiming(_Loop):
 
 def timing_from(settings: EmulatorSettings) -> TimingModel:
     """The timing model the settings ask for."""
+    if settings.profile is not None:
+        from .twin_timing import TwinTiming  # noqa: PLC0415 - the twin (SimPy) only when asked for
+
+        return TwinTiming.from_profile(settings.profile)
     if settings.ttft is not None or settings.itl is not None:
         return FixedTiming(settings.ttft or 0.0, settings.itl or 0.0)
     return BatchTiming(settings.prefill_per_token, settings.decode_per_seq, settings.decode_base, settings.max_num_seqs)
@@ -409,8 +419,11 @@ class Emulator:
         self._faults = [parse_fault(f, "emulator.faults") if isinstance(f, str) else (str(f[0]), float(f[1])) for f in settings.faults]
         for kind, _ in self._faults:
             check_fault_kind(kind, "emulator.faults")
-        self.settings = settings
         self.timing: TimingModel = timing_from(settings)
+        limit = getattr(self.timing, "max_model_len", None)
+        if limit is not None:  # a server twin's context length is its profile's
+            settings = dataclasses.replace(settings, max_model_len=limit)
+        self.settings = settings
         self.cache = PrefixCache(settings.block_size, settings.cache_blocks)
         self._rng = np.random.default_rng(settings.seed)
         self._runner: Optional[web.AppRunner] = None
@@ -435,6 +448,8 @@ class Emulator:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get(STATS_PATH, self._stats)
+        if hasattr(self.timing, "metrics_text"):  # a server twin: vLLM's /metrics, for the run's probe
+            app.router.add_get("/metrics", self._metrics)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -481,6 +496,9 @@ class Emulator:
             "connections_opened": self.connections_opened,
             "max_active_streams": self.max_active_streams,
         }
+        twin_stats = getattr(self.timing, "stats", None)
+        if callable(twin_stats):
+            out["twin"] = twin_stats()
         lateness = getattr(self.timing, "lateness", None)
         if lateness:
             values = np.fromiter(lateness, float, len(lateness))
@@ -490,6 +508,11 @@ class Emulator:
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats())
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """vLLM's Prometheus gauges and counters, when the timing model is a server twin."""
+        text = self.timing.metrics_text(self.settings.model)  # type: ignore[attr-defined]
+        return web.Response(text=text, content_type="text/plain")
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -636,7 +659,9 @@ class Emulator:
             if fault.startswith("http_"):
                 status = int(fault[5:])
                 return error_response(status, f"injected fault {fault}")
-        cached = self.cache.lookup_and_insert(ids)
+        # a server twin keeps its own prefix cache and tells the cached tokens when the request ends
+        twin = getattr(self.timing, "takes_prompt_ids", False)
+        cached = 0 if twin else self.cache.lookup_and_insert(ids)
         usage = {
             "prompt_tokens": len(ids),
             "total_tokens": len(ids) + max_tokens,
@@ -648,8 +673,10 @@ class Emulator:
         done: Optional[asyncio.Future[None]] = None
         try:
             if not body.get("stream"):
-                done = self.timing.submit(arrival, len(ids), len(ids) - cached, max_tokens, _keep_going)
+                done = self._submit(twin, arrival, ids, cached, max_tokens, _keep_going)
                 await done
+                if twin:
+                    usage["prompt_tokens_details"]["cached_tokens"] = done.result()
                 return web.json_response(self._whole(chat, max_tokens, usage))
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -657,11 +684,13 @@ class Emulator:
             await response.prepare(request)
             await response.write(b"")  # the headers go out now, as vLLM's do, before the first token
             writer = _ChunkWriter(request, self._head(chat)[1], chat, max_tokens, self._word_json, fault)
-            done = self.timing.submit(arrival, len(ids), len(ids) - cached, max_tokens, writer)
+            done = self._submit(twin, arrival, ids, cached, max_tokens, writer)
             try:
                 await done
             except ConnectionError:
                 return response  # the client went away
+            if twin:
+                usage["prompt_tokens_details"]["cached_tokens"] = done.result()
             if writer.stop == "reset":
                 return response
             if writer.stop == "stall":
@@ -678,6 +707,12 @@ class Emulator:
             self.active_streams -= 1
             if done is not None and not done.done():
                 done.cancel()  # abandoned (the handler was cancelled): the timing model drops it
+
+    def _submit(self, twin: bool, arrival: float, ids: list[int], cached: int, max_tokens: int,
+                emit: Emit) -> "asyncio.Future[Any]":
+        if twin:
+            return self.timing.submit(arrival, len(ids), len(ids), max_tokens, emit, prompt_ids=ids)  # type: ignore[call-arg]
+        return self.timing.submit(arrival, len(ids), len(ids) - cached, max_tokens, emit)
 
     def _head(self, chat: bool) -> tuple[str, str]:
         kind = "chat.completion" if chat else "text_completion"
