@@ -286,3 +286,59 @@ async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
         await server.wait_closed()
     assert first.ok and second.ok
     assert opened == 2
+
+
+async def serve_then(second_answer: bytes):
+    """A server that answers the first call on a connection in full and the next one with
+    `second_answer` before hanging up; returns (server, port, calls seen)."""
+    body = b'data: {"choices":[{"text":" a"}]}\n\ndata: [DONE]\n\n'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    seen = []
+
+    async def serve(reader, writer):
+        for reply in (answer, second_answer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+            seen.append(head)
+            writer.write(reply)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+async def test_a_call_the_server_began_to_answer_is_not_retried():
+    """Part of a response head came back before the hang-up: the server saw the call, so it is not sent again."""
+    server, port, seen = await serve_then(b"HTTP/1.1 200 OK\r\nContent-Ty")
+    try:
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
+            first, _ = await client.send(req(out=1), 0.0)
+            second, _ = await client.send(req(index=1, out=1), 0.0)
+            opened = client.connections_opened
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert first.ok
+    assert second.error_class == "reset" and second.error_message
+    assert len(seen) == 2 and opened == 1
+
+
+async def test_a_call_on_a_new_connection_is_not_retried():
+    """Only a kept-alive connection can have been closed while idle; a new one that fails is a fault."""
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
+            record, _ = await client.send(req(out=1), 0.0)
+            opened = client.connections_opened
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert record.error_class == "reset" and record.status is None
+    assert opened == 1

@@ -2,17 +2,20 @@
 and turns what happened into a `CallRecord`.
 
 Times are taken on `time.perf_counter` and reported in seconds since the run's start `t0`. The actual
-send time is taken when the request is written to the connection (after connection setup and any wait
-of the client's own, which therefore show as client lag, not as server time). TTFT runs from the actual
-send to the first chunk that carries generated text (or token ids);
-inter-token gaps are the times between later content chunks. Token counts come from the final ``usage``
-chunk (asked for with ``stream_options.include_usage``). Server and network faults never raise: they
-become records with ``ok=False``, an ``error_class`` and the server's own message when it gave one.
+send time is taken when aiohttp writes the request body (the buffered headers go out in the same write;
+aiohttp's ``on_request_chunk_sent`` signal fires just before it), after connection setup and any wait of
+the client's own, which therefore show as client lag, not as server time. TTFT runs from the actual send
+to the first chunk that carries generated text (or token ids); inter-token gaps are the times between
+later content chunks. Token counts come from the final ``usage`` chunk (asked for with
+``stream_options.include_usage``). Server and network faults never raise: they become records with
+``ok=False``, an ``error_class`` and the server's own message when it gave one.
 
-Calls go over the keep-alive pool of `http1`: a token's time is taken in the protocol callback that
-reads its bytes, and a plain content chunk after the first is counted without a JSON parse (only its
-time matters; the first content chunk, the usage chunk and anything unusual are parsed with orjson).
-aiohttp serves the few setup requests (``/v1/models``, ``/tokenize``).
+Calls go over one aiohttp session with one shared connector (keep-alive reuse, at most
+``max_connections``). The stream is read with ``readany``: everything that arrived since the last read
+is split into events in bulk, and events that came in one read share its time (they arrived together).
+A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
+content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
+still caught.
 """
 
 from __future__ import annotations
@@ -21,15 +24,15 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Literal, Optional
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+from aiohttp.http import RawResponseMessage
 
 from ..behaviour import CallRequest
 from ..metrics.records import CallRecord
-from .http1 import ConnectionPool, HTTPError
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
 from .sse import SSEError, SSEParser
 
@@ -110,7 +113,7 @@ def _has_content(choice: dict[str, Any]) -> bool:
 
 
 class Client:
-    """Sends calls to one `Target` over one shared connection pool; use as ``async with``."""
+    """Sends calls to one `Target` over one aiohttp session and its shared connector; use as ``async with``."""
 
     def __init__(self, target: Target, t0: float, prompts: Optional[PromptBuilder] = None) -> None:
         self.target = target
@@ -123,31 +126,33 @@ class Client:
         self._heads: dict[int, bytes] = {}
         """The JSON of a request body before its prompt, by output tokens (the model is fixed once set up)."""
         self._ready = False
+        self._opened = 0
         root = target.root
         self._url = root + ("/v1/chat/completions" if target.api == "chat" else "/v1/completions")
         self._headers = {"Content-Type": "application/json", **target.headers}
         if target.api_key:
             self._headers["Authorization"] = f"Bearer {target.api_key}"
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=target.connect_timeout, sock_read=target.stall_timeout
-        )
         for name, value in self._headers.items():
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} holds a line break or NUL")
-        url = urlsplit(self._url)
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        self._pool: Optional[ConnectionPool] = None
-        self._host_header = ConnectionPool(root).host_header  # checks the URL early
-        lines = [f"POST {path} HTTP/1.1", f"Host: {self._host_header}", "Accept: text/event-stream"]
-        lines += [f"{name}: {value}" for name, value in self._headers.items()]
-        self._request_head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
-        """A streaming call's request head, but for its length (the calls go through `http1`)."""
+        self._stream_headers = {"Accept": "text/event-stream", **self._headers}
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=target.connect_timeout, sock_read=target.stall_timeout
+        )
 
     async def __aenter__(self) -> "Client":
-        # Calls stream over the lean pool of `http1`; aiohttp serves the few setup requests.
-        self._pool = ConnectionPool(self.target.root, self.target.max_connections, self.target.connect_timeout)
         connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
+        tracing = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
+        tracing.on_connection_create_end.append(self._on_connection_created)
+        tracing.on_connection_reuseconn.append(_on_connection_reused)
+        tracing.on_request_chunk_sent.append(_on_body_sent)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding",),  # an SSE stream is read as it comes, never compressed
+            trace_configs=[tracing],
+        )
         try:
             await self.setup()
         except _CallFailed:
@@ -158,14 +163,14 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+
+    async def _on_connection_created(self, session: Any, ctx: Any, params: Any) -> None:
+        self._opened += 1
 
     @property
     def connections_opened(self) -> int:
-        """Connections the calls have opened so far (a pool that reuses them opens few)."""
-        return self._pool.opened if self._pool is not None else 0
+        """Connections this client has opened so far (a pool that reuses them opens few)."""
+        return self._opened
 
     async def setup(self) -> None:
         """Find the model (when not given) and, for chat, calibrate the prompt text; once."""
@@ -232,7 +237,7 @@ class Client:
         """Send one call, streaming; return its record and its inter-token gaps in seconds.
 
         Never raises for server or network faults: they become records with ``ok=False``."""
-        assert self._pool is not None, "use Client as 'async with'"
+        assert self._session is not None, "use Client as 'async with'"
         state = _Stream()
         started = time.perf_counter()
         try:
@@ -247,11 +252,13 @@ class Client:
                 await self._exchange(body, state)
         except _CallFailed as exc:
             state.fail(exc.error_class, exc.message, exc.status)
-        except HTTPError as exc:
-            if state.done is None:  # after [DONE] the server had answered in full
-                state.fail(exc.kind, exc.message)
-        except TimeoutError:
-            state.fail("timeout", f"no complete response within total_timeout={self.target.total_timeout}s")
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ClientError):  # aiohttp's own timeouts (connect, sock_read)
+                state.fail(*_classify(exc))
+            else:
+                state.fail("timeout", f"no complete response within total_timeout={self.target.total_timeout}s")
+        except aiohttp.ClientError as exc:
+            state.fail(*_classify(exc))
         except OSError as exc:
             state.fail("connect" if state.status is None else "reset", f"{type(exc).__name__}: {exc}")
         ok = state.error_class is None
@@ -260,24 +267,32 @@ class Client:
         return self._record(request, intended_send, actual, end, state, state.gaps), state.gaps
 
     async def _exchange(self, body: bytes, state: "_Stream") -> None:
-        assert self._pool is not None
-        data = self._request_head + b"%d\r\n\r\n" % len(body) + body
-        while True:
-            conn = await self._pool.acquire()
-            # The actual send: after any wait for a connection (the client's own lag), as it goes out.
-            state.sent = time.perf_counter()
-            done = conn.request(data, state, self.target.stall_timeout)
-            try:
-                await done
-                return
-            except asyncio.CancelledError:
-                conn.abort()  # given up halfway: the rest of this response must not be read as the next
+        assert self._session is not None
+        session = self._session
+        try:
+            resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails before
+            # any answer: the server never saw the call, so it goes again, once, on a new connection.
+            # aiohttp retries such a failure itself only for idempotent methods, never for a POST.
+            if not state.reused or isinstance(getattr(exc, "message", None), RawResponseMessage):
                 raise
-            except HTTPError as exc:
-                # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails
-                # before any answer: the server never saw the call, so it goes again on a new connection.
-                if not (exc.kind == "reset" and conn.served and state.status is None):
-                    raise
+            state.reused = False
+            state.sent = None
+            resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
+        async with resp:
+            state.status = status = resp.status
+            if status >= 400:
+                error = bytearray()
+                while len(error) < ERROR_BODY_LIMIT and (data := await resp.content.readany()):
+                    error += data
+                kind = "http_4xx" if status < 500 else "http_5xx"
+                raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(error))}", status)
+            try:
+                await _read_stream(resp.content, state)
+            except _CallFailed:
+                resp.close()  # drop the connection: the rest of this stream must not be read as the next
+                raise
 
     def _record(
         self, request: CallRequest, intended: float, actual: float, end: float, state: "_Stream", gaps: list[float]
@@ -311,16 +326,52 @@ class Client:
         )
 
 
+async def _on_connection_reused(session: Any, ctx: Any, params: Any) -> None:
+    state = ctx.trace_request_ctx
+    if state is not None:
+        state.reused = True
+
+
+async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
+    # Fires just before the body's first write (which carries the buffered headers too): the actual send.
+    state = ctx.trace_request_ctx
+    if state is not None and state.sent is None:
+        state.sent = time.perf_counter()
+
+
+async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
+    """Read a response's event stream to its end; the call's end is when 'data: [DONE]' arrived."""
+    perf = time.perf_counter
+    readany = content.readany
+    feed = state.feed
+    while state.done is None:
+        data = await readany()
+        now = perf()
+        if not data:
+            state.close(now)
+            return
+        feed(data, now)
+    # Read to the end of the response so that its connection can be kept alive for the next call;
+    # a failure now costs only that connection (the call itself was answered in full).
+    try:
+        while await readany():
+            pass
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        pass
+
+
 class _Stream:
-    """One response as it arrives (an `http1.Consumer`): status, token times, usage, or what failed."""
+    """One response as it arrives: status, token times, usage, or what failed."""
 
     __slots__ = (
-        "sent", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
-        "gaps", "parser", "error_body",
+        "sent", "reused", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
+        "gaps", "parser",
     )
 
     def __init__(self) -> None:
         self.sent: Optional[float] = None
+        self.reused = False
+        """Whether the request went out on a kept-alive connection (set by the tracing hook)."""
         self.status: Optional[int] = None
         self.first: Optional[float] = None
         self.last = 0.0
@@ -332,21 +383,9 @@ class _Stream:
         self.error_message: Optional[str] = None
         self.gaps: list[float] = []
         self.parser = SSEParser()
-        self.error_body: Optional[bytearray] = None
-
-    def head(self, status: int, headers: dict[str, str]) -> None:
-        self.status = status
-        if status >= 400:
-            self.error_body = bytearray()
 
     def feed(self, data: bytes, now: float) -> None:
         """Body bytes read at `now`: split into events; a token's time is when its bytes were read."""
-        if self.error_body is not None:
-            if len(self.error_body) < ERROR_BODY_LIMIT:
-                self.error_body += data
-            return
-        if self.done is not None:
-            return
         try:
             events = self.parser.feed(data)
         except SSEError as exc:
@@ -354,17 +393,12 @@ class _Stream:
         self._events(events, now)
 
     def close(self, now: float) -> None:
-        """The response ended."""
-        if self.error_body is not None:
-            status = self.status or 0
-            kind = "http_4xx" if status < 500 else "http_5xx"
-            raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(self.error_body))}", status)
-        if self.done is None:
-            try:
-                events = self.parser.close()
-            except SSEError as exc:
-                raise _CallFailed("malformed", str(exc)) from None
-            self._events(events, now)
+        """The response ended (before 'data: [DONE]')."""
+        try:
+            events = self.parser.close()
+        except SSEError as exc:
+            raise _CallFailed("malformed", str(exc)) from None
+        self._events(events, now)
         if self.done is None:
             raise _CallFailed("reset", "stream ended before 'data: [DONE]'")
 
