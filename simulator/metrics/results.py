@@ -7,6 +7,8 @@ Layout of a result folder::
     tasks.jsonl      one TaskRecord per line, in the order tasks ended
     histograms.json  {name: encoded HdrHistogram} (rewritten on every flush)
     summary.json     the figures (written at the end, also after an interruption)
+    server_metrics.jsonl, server_tasks.jsonl
+                     the server's /metrics scrapes and their per-task joins, when it has /metrics
 
 Files are flushed about every second and at the end, so a crash or Ctrl-C keeps what was measured.
 """
