@@ -229,3 +229,34 @@ def test_model_errors_name_the_yaml_path(model, tmp_path, edit, path):
 def test_version_is_checked():
     with pytest.raises(InputError, match="version"):
         validate_model({"agentload_model": 7, "classes": {}})
+
+
+@pytest.mark.parametrize("kw", [dict(tasks=80, seed=4), dict(duration=60.0, seed=6, rate=1.0)])
+def test_write_generated_is_native_write_of_generate(model, kw, tmp_path):
+    from simulator.errors import ErrorPolicy
+    from simulator.model.generate import write_generated
+
+    expected = io.BytesIO()
+    workload = generate(model, **kw)
+    native.write(workload, expected)
+    path = tmp_path / "g.jsonl"
+    counts = write_generated(model, path, **kw)
+    assert path.read_bytes() == expected.getvalue()
+    assert counts == workload.counts()
+    assert workload.counts()[2] > 0  # sub-tasks are covered
+    assert b'"hash_keep"' in path.read_bytes()
+    assert native.read(path, ErrorPolicy()).tasks == workload.tasks
+
+
+def test_generated_ids_are_fresh_across_tasks_and_sub_tasks(model):
+    w = generate(model, tasks=150, seed=8)
+    first_use: dict = {}
+    for task in w.all_tasks():
+        prev: tuple = ()
+        for call in task.calls:
+            shared = native.common_prefix(call.hash_ids, prev)
+            for h in call.hash_ids[shared:]:
+                assert h not in first_use  # every id after the shared prefix is new to the workload
+                first_use[h] = task.id
+            prev = call.hash_ids
+    assert min(first_use) == 1 and max(first_use) == len(first_use)  # one counter, no gaps

@@ -79,3 +79,127 @@ def test_empty_and_unknown_inputs(tmp_path):
         load([tmp_path / "odd.txt.json"])
     with pytest.raises(InputError, match="no such file"):
         load([tmp_path / "missing"])
+
+
+def _lines(wl: Workload) -> list[dict]:
+    buf = io.BytesIO()
+    native.write(wl, buf)
+    return [json.loads(line) for line in buf.getvalue().splitlines()[1:]]
+
+
+def test_hash_keep_writes_only_the_new_ids_and_reads_back_exact(tmp_path):
+    calls = (
+        Call(256, 1, hash_ids=(1, 2, 3, 4), block_size=64),
+        Call(320, 1, hash_ids=(1, 2, 3, 4, 5), block_size=64),  # extends the previous prompt
+        Call(192, 1, hash_ids=(1, 2, 9), block_size=64),  # a compaction: keeps 2, then new ids
+        Call(128, 1, hash_ids=(1, 2), block_size=64),  # only kept ids
+        Call(128, 1, hash_ids=(7, 8), block_size=64),  # nothing shared
+        Call(128, 1, hash_ids=(7, 8), block_size=32),  # other block size: never kept
+    )
+    wl = Workload((Task("t", calls),))
+    wire = _lines(wl)[0]["calls"]
+    assert [c.get("hash_keep") for c in wire] == [None, 4, 2, 2, None, None]
+    assert [c.get("hash_ids") for c in wire] == [[1, 2, 3, 4], [5], [9], None, [7, 8], [7, 8]]
+    path = tmp_path / "k.jsonl"
+    native.write(wl, path)
+    assert load([path]).tasks == wl.tasks
+
+
+def test_sub_tasks_chain_within_themselves(tmp_path):
+    child = Task("p/sub", (Call(128, 1, hash_ids=(1, 2), block_size=64), Call(192, 1, hash_ids=(1, 2, 30), block_size=64)))
+    parent = Task("p", (Call(128, 1, hash_ids=(1, 2), block_size=64), Call(192, 1, hash_ids=(1, 2, 3), block_size=64)),
+                  subtasks=(SubTask(0, child),))
+    wl = Workload((parent,))
+    line = _lines(wl)[0]
+    assert [c.get("hash_keep") for c in line["calls"]] == [None, 2]
+    # The sub-task's first call shares ids with its parent's, but chains only within the sub-task.
+    assert [c.get("hash_keep") for c in line["subtasks"][0]["task"]["calls"]] == [None, 2]
+    path = tmp_path / "s.jsonl"
+    native.write(wl, path)
+    assert load([path]).tasks == wl.tasks
+
+
+def test_weka_set_round_trips_and_shrinks(tmp_path):
+    from pathlib import Path
+
+    weka = Path(__file__).resolve().parents[2] / "shared" / "traces" / "weka-claude-code"
+    if not weka.exists():
+        pytest.skip("shared traces not present")
+    files = sorted(weka.glob("*.json"))[:5]
+    sub = tmp_path / "weka"
+    sub.mkdir()
+    for f in files:
+        (sub / f.name).write_bytes(f.read_bytes())
+    wl = load([sub])
+    path = tmp_path / "w.jsonl"
+    native.write(wl, path)
+    assert load([path]).tasks == wl.tasks
+    ids = sum(len(c.hash_ids) for c in wl.all_calls())
+    assert path.read_bytes().count(b",") < ids / 4  # most ids are kept, not written again
+
+
+def _bad(tmp_path, line: str) -> str:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"agentload_trace": 1}\n{"id": "ok", "calls": [{"input_tokens": 1, "output_tokens": 1}]}\n' + line + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    return str(err.value)
+
+
+@pytest.mark.parametrize("line, where, says", [
+    ('{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_ids": [1, 2], "block_size": 1},'
+     ' {"input_tokens": 4, "output_tokens": 1, "hash_keep": 3, "hash_ids": [5], "block_size": 1}]}',
+     "$.calls[1].hash_keep", "previous call has only 2"),
+    ('{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_keep": 1, "hash_ids": [5], "block_size": 1}]}',
+     "$.calls[0].hash_keep", "first call"),
+    ('{"id": "a", "calls": [{"input_tokens": 1, "output_tokens": 1}], "subtasks": [{"after_call": 0, "task": {"id": "b",'
+     ' "calls": [{"input_tokens": 1, "output_tokens": 1, "hash_keep": 0}]}}]}',
+     "$.subtasks[0].task.calls[0].hash_keep", "first call"),
+    ('{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_ids": [1]},'
+     ' {"input_tokens": 4, "output_tokens": 1, "hash_keep": -1}]}',
+     "$.calls[1].hash_keep", "integer >= 0"),
+    ('{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_ids": [1], "block_size": 16},'
+     ' {"input_tokens": 4, "output_tokens": 1, "hash_keep": 1, "block_size": 32}]}',
+     "$.calls[1].hash_keep", "block_size"),
+])
+def test_bad_hash_keep_names_line_path_and_field(tmp_path, line, where, says):
+    text = _bad(tmp_path, line)
+    assert "bad.jsonl:3" in text and where in text and "field 'hash_keep'" in text and says in text
+
+
+def test_bad_id_after_hash_keep_is_reported_by_validation(tmp_path):
+    text = _bad(tmp_path, '{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_ids": [1]},'
+                          ' {"input_tokens": 4, "output_tokens": 1, "hash_keep": 1, "hash_ids": ["x"]}]}')
+    assert "bad.jsonl:3" in text and "$.calls[1].hash_ids[1]" in text
+
+
+def test_skip_policy_skips_a_bad_hash_keep_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"agentload_trace": 1}\n'
+                    '{"id": "a", "calls": [{"input_tokens": 3, "output_tokens": 1, "hash_keep": 1}]}\n'
+                    '{"id": "b", "calls": [{"input_tokens": 3, "output_tokens": 1}]}\nnot json\n')
+    policy = ErrorPolicy("skip")
+    wl = native.read(path, policy)
+    assert [t.id for t in wl.tasks] == ["b"] and policy.total_skipped == 2
+
+
+def test_common_prefix_matches_a_plain_count():
+    import random
+
+    rng = random.Random(5)
+    for _ in range(300):
+        a = tuple(rng.randrange(4) for _ in range(rng.randrange(40)))
+        b = a[: rng.randrange(len(a) + 1)] + tuple(rng.randrange(4) for _ in range(rng.randrange(40)))
+        plain = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            plain += 1
+        assert native.common_prefix(a, b) == plain == native.common_prefix(b, a)
+
+
+def test_schema_describes_hash_keep():
+    call = native.task_json_schema()["$defs"]["Call"]["properties"]
+    names = list(call)
+    assert names.index("hash_keep") == names.index("hash_ids") - 1
+    assert call["hash_keep"]["type"] == "integer" and call["hash_keep"]["minimum"] == 0

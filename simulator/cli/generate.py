@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..model.generate import generate
+from ..model.generate import write_generated
 from ..model.schema import load_model
-from ..traces import native
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     model = load_model(args.model)
-    workload = generate(model, tasks=args.tasks, duration=args.duration, seed=args.seed, rate=args.rate, source=args.model)
-    native.write(workload, args.output)
-    tasks, calls, subtasks = workload.counts()
+    tasks, calls, subtasks = write_generated(
+        model, args.output, tasks=args.tasks, duration=args.duration, seed=args.seed, rate=args.rate, source=args.model
+    )
     print(f"generated {tasks} tasks, {calls} calls, {subtasks} sub-tasks in {time.perf_counter() - start:.1f} s -> {args.output}")
     return 0

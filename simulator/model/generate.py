@@ -1,53 +1,58 @@
 """Generate a synthetic `Workload` from a `WorkloadModel`.
 
-SimPy runs the orchestration: one arrival process per task class waits out the inter-arrival gaps and
-starts a task process at each arrival, which materialises its task (and the sub-agents it forks) at
-that simulated time. What a task contains is drawn beforehand, vectorised with numpy across all the
-tasks of a class (a Python-level SimPy process per call would be far too slow for millions of calls).
+Arrival times are drawn per task class from its arrival process; what a task contains is drawn
+beforehand too, vectorised with numpy across all the tasks of a class. Tasks are then materialised in
+arrival order over all classes (a SimPy process per task, as earlier versions had, cost more than
+everything else together and decided nothing: every time is known once drawn).
 
 Prompts carry hash ids that grow turn by turn: a call's ids are the reused leading part of the
 previous call's ids plus fresh ids, so a prefix cache sees the modelled reuse; fresh ids come from one
 counter and are unique across the workload. One seed gives one workload, bit for bit.
+
+`write_generated` writes the same workload straight to a native file, each call with only its fresh
+ids after a `hash_keep`, so it never builds the whole id tuples that a `Workload` holds.
 """
 
 from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import IO, Any, Iterator, Optional
 
 import numpy as np
-import simpy
+import orjson
 
 from ..errors import InputError
-from ..workload import Call, Provenance, SubTask, Task, Workload
+from ..traces import native
+from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
 from .fit import START
 from .schema import Cell, Structure, WorkloadModel
+
+SUBAGENT_CLASS = "subagent"
 
 
 @dataclass
 class _Drawn:
-    """The calls of a batch of tasks as columns (one entry per call, tasks contiguous), as Python lists
-    because every value ends up in a `Call` anyway."""
+    """The calls of a batch of tasks as columns (one entry per call, tasks contiguous): Python lists
+    for the values that end up in every call, numpy arrays for the bookkeeping."""
 
-    offsets: list[int]  # first row of each task, plus the total at the end
+    offsets: np.ndarray  # first row of each task, plus the total at the end
     input: list[int]
     output: list[int]
     gap: list[float]
-    shared: list[int]  # blocks kept from the previous call's ids
     stops: list[Optional[str]]
-    subtasks: list[list[tuple[int, int, bool]]]  # per task: (after_call, index into `sub`, wait)
-    sub: Optional["_Drawn"]
+    keep: list[int]  # leading ids kept from the previous call's (its `hash_keep` on the wire)
+    fresh: list[int]  # new ids after those
+    local: np.ndarray  # first new id of each call, counted from its task's first new id
+    own_fresh: np.ndarray  # per task: new ids of its own calls
+    tree_fresh: np.ndarray  # per task: new ids of its calls and of all its sub-tasks'
     block_size: int
-
-
-class _Ids:
-    """The source of fresh hash ids (unique across one generated workload)."""
-
-    __slots__ = ("next",)
-
-    def __init__(self) -> None:
-        self.next = 1
+    # Sub-tasks, one entry each, grouped by owner in task order (siblings in spawn order).
+    sub_owner: np.ndarray
+    sub_after: list[int]
+    sub_wait: list[bool]
+    sub: Optional["_Drawn"]
 
 
 def _stop_chain(structure: Structure, ncalls: np.ndarray, offsets: np.ndarray, rng: np.random.Generator):
@@ -178,8 +183,10 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
         shared[rows] = sh
         inputs[rows] = np.maximum(inp, 1)
 
-    subtasks: list[list[tuple[int, int, bool]]] = [[] for _ in range(n)]
     sub = None
+    sub_owner = np.zeros(0, dtype=np.int64)
+    sub_after = np.zeros(0, dtype=np.int64)
+    waits = np.zeros(0, dtype=bool)
     sa = structure.subagents
     if sa is not None and sa.spawn_prob > 0 and depth < 3:
         spawn_rows = np.flatnonzero((rng.random(total) < sa.spawn_prob) & (position < np.repeat(ncalls, ncalls) - 1))
@@ -188,56 +195,208 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
             count = int(fan.sum())
             waits = rng.random(count) < sa.wait_prob
             owner = np.searchsorted(offsets, spawn_rows, side="right") - 1
-            j = 0
-            for row, t, f in zip(spawn_rows.tolist(), owner.tolist(), fan.tolist()):
-                after = row - int(offsets[t])
-                for _ in range(f):
-                    subtasks[t].append((after, j, bool(waits[j])))
-                    j += 1
+            sub_owner = np.repeat(owner, fan)
+            sub_after = np.repeat(spawn_rows - offsets[owner], fan)
             sub = _draw(sa.structure, count, rng, depth + 1)
+
+    # Hash ids: a call keeps the leading ids of the previous call's that it shares (never more
+    # than either prompt has) and gets fresh ones for the rest; its prompt has input // bs blocks.
+    blocks = inputs // bs
+    prev_blocks = np.concatenate([[0], blocks[:-1]])
+    keep = np.where(position == 0, 0, np.minimum(shared, np.minimum(prev_blocks, blocks)))
+    fresh = blocks - keep
+    before = np.cumsum(fresh) - fresh
+    starts = offsets[:-1]
+    local = before - np.repeat(before[starts], ncalls) if total else before
+    own = np.add.reduceat(fresh, starts) if total else np.zeros(0, dtype=np.int64)
+    tree = own.copy()
+    if sub is not None:
+        np.add.at(tree, sub_owner, sub.tree_fresh)
+
     stop_names = [None if s == "unknown" else s for s in labels]
     return _Drawn(
-        offsets=offsets.tolist(),
+        offsets=offsets,
         input=inputs.tolist(),
         output=np.maximum(output, 0).astype(np.int64).tolist(),
         gap=np.maximum(gap, 0.0).tolist(),
-        shared=shared.tolist(),
         stops=[stop_names[s] for s in stops.tolist()],
-        subtasks=subtasks,
-        sub=sub,
+        keep=keep.tolist(),
+        fresh=fresh.tolist(),
+        local=local,
+        own_fresh=own,
+        tree_fresh=tree,
         block_size=bs,
+        sub_owner=sub_owner,
+        sub_after=sub_after.tolist(),
+        sub_wait=waits.tolist(),
+        sub=sub,
     )
 
 
-def _build(drawn: _Drawn, index: int, task_id: str, task_class: str, arrival: float, ids: _Ids) -> Task:
-    """Materialise one drawn task as a `Task`, giving its prompts hash ids."""
-    lo, hi = drawn.offsets[index], drawn.offsets[index + 1]
+def _calls(drawn: _Drawn, lo: int, hi: int, first: list[int]) -> list[Call]:
+    """Calls of rows lo..hi; `first`: each call's first fresh id. A task's first call keeps nothing,
+    which starts its chain afresh."""
     bs = drawn.block_size
     calls = []
     chain: tuple[int, ...] = ()
-    nxt = ids.next
-    for inp, out, gp, sh, stop in zip(drawn.input[lo:hi], drawn.output[lo:hi], drawn.gap[lo:hi], drawn.shared[lo:hi], drawn.stops[lo:hi]):
-        blocks = inp // bs
-        keep = chain if sh >= len(chain) else chain[:sh]
-        fresh = blocks - len(keep)
-        if fresh > 0:
-            chain = keep + tuple(range(nxt, nxt + fresh))
-            nxt += fresh
-        else:
-            chain = keep[:blocks]
+    for inp, out, gp, stop, k, f, s in zip(
+        drawn.input[lo:hi], drawn.output[lo:hi], drawn.gap[lo:hi], drawn.stops[lo:hi],
+        drawn.keep[lo:hi], drawn.fresh[lo:hi], first,
+    ):
+        if k < len(chain):
+            chain = chain[:k]
+        if f:
+            chain += tuple(range(s, s + f))
         calls.append(Call(inp, out, gp, chain, bs, None, None, stop))
-    ids.next = nxt
-    subs = ()
-    if drawn.subtasks[index]:
-        assert drawn.sub is not None
-        subs = tuple(
-            SubTask(after_call=after, task=_build(drawn.sub, k, f"{task_id}.sub{j}", "subagent", 0.0, ids), wait=wait)
-            for j, (after, k, wait) in enumerate(drawn.subtasks[index])
-        )
-    return Task(task_id, tuple(calls), arrival, task_class, subs)
+    return calls
 
 
-def generate(
+def _call_records(drawn: _Drawn, lo: int, hi: int, first: list[int], pool: np.ndarray) -> list[dict]:
+    """What `native.write` writes for the calls `_calls` builds (a test checks they match), without
+    their whole id tuples: each call has only its `hash_keep` and its fresh ids, as a view into
+    `pool` (consecutive ids from `pool[0]` on; orjson writes numpy arrays without Python ints)."""
+    bs = drawn.block_size
+    keep_key = native.KEEP_KEY
+    pool_start = int(pool[0]) if len(pool) else 0
+    calls = []
+    for inp, out, gp, stop, k, f, s in zip(
+        drawn.input[lo:hi], drawn.output[lo:hi], drawn.gap[lo:hi], drawn.stops[lo:hi],
+        drawn.keep[lo:hi], drawn.fresh[lo:hi], first,
+    ):
+        rec: dict = {"input_tokens": inp, "output_tokens": out}
+        if gp:
+            rec["gap"] = gp
+        if k:
+            rec[keep_key] = k
+        if f:
+            s -= pool_start
+            rec["hash_ids"] = pool[s:s + f]
+        if bs:
+            rec["block_size"] = bs
+        if stop is not None:
+            rec["stop_reason"] = stop
+        calls.append(rec)
+    return calls
+
+
+def _materialise(drawn: _Drawn, t0: int, t1: int, ids: list[str], bases: np.ndarray, task_class: str,
+                 arrivals: Optional[list[float]], pool: Optional[np.ndarray]) -> list:
+    """Tasks t0..t1 of `drawn` (with their sub-tasks) as `Task`s, or as native-file records when
+    given the `pool` of their fresh ids; `ids`, `bases` (first fresh hash id) and `arrivals` are per task."""
+    records = pool is not None
+    offsets = drawn.offsets
+    lo, hi = int(offsets[t0]), int(offsets[t1])
+    first = (np.repeat(bases, np.diff(offsets[t0:t1 + 1])) + drawn.local[lo:hi]).tolist()
+    calls = _calls(drawn, lo, hi, first) if pool is None else _call_records(drawn, lo, hi, first, pool)
+
+    subs: list[list] = [[]] * (t1 - t0)  # replaced by a list of its own where a task has sub-tasks
+    if drawn.sub is not None:
+        j0, j1 = np.searchsorted(drawn.sub_owner, [t0, t1]).tolist()
+        if j1 > j0:
+            owner = drawn.sub_owner[j0:j1]
+            sub_tree = drawn.sub.tree_fresh[j0:j1]
+            group = np.flatnonzero(np.concatenate([[True], owner[1:] != owner[:-1]]))  # first sibling
+            sizes = np.diff(np.append(group, j1 - j0))
+            nth = np.arange(j1 - j0) - np.repeat(group, sizes)
+            # A sub-task's fresh ids follow those of its parent's own calls and its elder siblings'.
+            before = np.cumsum(sub_tree) - sub_tree
+            sub_bases = bases[owner - t0] + drawn.own_fresh[owner] + before - np.repeat(before[group], sizes)
+            rel = (owner - t0).tolist()
+            sub_ids = [f"{ids[o]}.sub{n}" for o, n in zip(rel, nth.tolist())]
+            built = _materialise(drawn.sub, j0, j1, sub_ids, sub_bases, SUBAGENT_CLASS, None, pool)
+            for o, after, wait, task in zip(rel, drawn.sub_after[j0:j1], drawn.sub_wait[j0:j1], built):
+                if records:
+                    entry: Any = {"after_call": after, "task": task}
+                    if not wait:
+                        entry["wait"] = False
+                else:
+                    entry = SubTask(after, task, wait)
+                if not subs[o]:
+                    subs[o] = []
+                subs[o].append(entry)
+
+    out = []
+    starts = (offsets[t0:t1 + 1] - lo).tolist()
+    zero = [0.0] * (t1 - t0)
+    for tid, a, b, arrival, sub in zip(ids, starts, starts[1:], arrivals or zero, subs):
+        if records:
+            rec: dict = {"id": tid, "calls": calls[a:b]}
+            if arrival:
+                rec["arrival"] = arrival
+            if task_class != DEFAULT_CLASS:
+                rec["task_class"] = task_class
+            if sub:
+                rec["subtasks"] = sub
+            out.append(rec)
+        else:
+            out.append(Task(tid, tuple(calls[a:b]), arrival, task_class, tuple(sub)))
+    return out
+
+
+def _counts(drawn: Optional[_Drawn]) -> tuple[int, int]:
+    """(calls, sub-tasks) of every task drawn here and below."""
+    if drawn is None:
+        return 0, 0
+    calls, subs = _counts(drawn.sub)
+    return calls + int(drawn.offsets[-1]), subs + len(drawn.sub_after)
+
+
+@dataclass
+class _Plan:
+    """Everything drawn for one workload, and the order its tasks are materialised in."""
+
+    drawn: list[_Drawn]  # per class, in class-name order
+    classes: list[str]
+    times: list[np.ndarray]  # per class, sorted: a class's tasks arrive in index order
+    rank_class: np.ndarray  # class of the k-th task to arrive (over all classes; ties: class name)
+    provenance: Provenance
+
+    def tasks(self, records: bool, window: int = 4096) -> Iterator[Any]:
+        """Every top-level task (a `Task`, or its native record) in arrival order, which is also the
+        order of their ids (`task-000`, ...) and of their fresh hash ids (unique across the workload),
+        materialised `window` tasks at a time."""
+        total = len(self.rank_class)
+        width = len(str(max(1, total - 1)))
+        tree = np.zeros(total, dtype=np.int64)
+        for c, drawn in enumerate(self.drawn):
+            mine = np.flatnonzero(self.rank_class == c)
+            tree[mine] = drawn.tree_fresh
+        base = 1 + np.cumsum(tree) - tree
+        done = [0] * len(self.drawn)
+        for k0 in range(0, total, window):
+            k1 = min(total, k0 + window)
+            cls = self.rank_class[k0:k1]
+            # The window's tasks and sub-tasks own one run of consecutive fresh ids.
+            pool = np.arange(base[k0], base[k1 - 1] + tree[k1 - 1]) if records else None
+            built: list[Iterator[Any]] = []
+            for c, drawn in enumerate(self.drawn):
+                ranks = np.flatnonzero(cls == c) + k0
+                t0, t1 = done[c], done[c] + len(ranks)
+                done[c] = t1
+                ids = [f"task-{k:0{width}d}" for k in ranks.tolist()]
+                arrivals = self.times[c][t0:t1].tolist()
+                built.append(iter(_materialise(drawn, t0, t1, ids, base[ranks], self.classes[c], arrivals, pool)))
+            if len(built) == 1:
+                yield from built[0]
+            else:
+                for c in cls.tolist():
+                    yield next(built[c])
+
+
+class _NoGC:
+    """Pauses the cyclic garbage collector: millions of fresh lists and tuples (which hold no cycles)
+    would otherwise trigger it over and over (3x slower)."""
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc) -> None:
+        if self.was:
+            gc.enable()
+
+
+def _plan(
     model: WorkloadModel,
     *,
     tasks: Optional[int] = None,
@@ -245,8 +404,8 @@ def generate(
     seed: int = 0,
     rate: Optional[float] = None,
     source: str = "<model>",
-) -> Workload:
-    """A synthetic workload: `tasks` tasks, or every task arriving within `duration` seconds.
+) -> _Plan:
+    """Draw a workload: `tasks` tasks, or every task arriving within `duration` seconds.
 
     `rate` (tasks per second, all classes together) replaces the fitted mean rate, keeping each
     process's burstiness; it is required when a class's arrivals come from the user."""
@@ -278,47 +437,73 @@ def generate(
             left -= len(keep)
             times[name] = keep
 
-    # Task ids follow arrival order over all classes (ties: class name, then draw order).
-    order = sorted((float(t), c, i) for c, name in enumerate(names) for i, t in enumerate(times[name].tolist()))
-    width = len(str(max(1, len(order) - 1)))
-    task_ids: dict[str, list[str]] = {name: [""] * len(times[name]) for name in names}
-    for k, (_, c, i) in enumerate(order):
-        task_ids[names[c]][i] = f"task-{k:0{width}d}"
+    # Tasks are materialised in arrival order over all classes (ties: class name, then draw order),
+    # which is also the order of their ids; a class's tasks are drawn in its arrival order.
+    for name in names:
+        times[name] = np.sort(times[name], kind="stable")
+    t_all = np.concatenate([times[name] for name in names]) if names else np.zeros(0)
+    c_all = np.repeat(np.arange(len(names)), [len(times[name]) for name in names])
+    i_all = np.concatenate([np.arange(len(times[name])) for name in names]) if names else np.zeros(0, dtype=np.int64)
+    rank_class = c_all[np.lexsort((i_all, c_all, t_all))]
 
-    env = simpy.Environment()
-    built: list[tuple[float, int, Task]] = []
-    ids = _Ids()
-
-    def task_process(name: str, drawn: _Drawn, i: int):
-        """One task: it exists from its arrival on (its calls' timing is the driver's business)."""
-        task = _build(drawn, i, task_ids[name][i], name, float(env.now), ids)
-        built.append((task.arrival, len(built), task))
-        return
-        yield  # a SimPy process is a generator
-
-    def arrival_process(name: str, arrivals: list[float], drawn: _Drawn):
-        last = 0.0
-        for i, t in enumerate(arrivals):
-            if t > last:
-                yield env.timeout(t - last)
-                last = t
-            env.process(task_process(name, drawn, i))
-
+    drawn = []
     for name in names:
         rng = np.random.default_rng(streams[name].spawn(1)[0])
-        drawn = _draw(model.classes[name].structure, len(times[name]), rng)
-        env.process(arrival_process(name, times[name].tolist(), drawn))
-    # Millions of fresh hash-id tuples would trigger the cyclic collector over and over (3x slower);
-    # they hold no cycles, so it is paused while they are built.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        env.run()
-        built.sort(key=lambda r: r[2].id)  # ids are zero-padded, in arrival order
-        final = tuple(task for _, _, task in built)
-    finally:
-        if paused:
-            gc.enable()
+        drawn.append(_draw(model.classes[name].structure, len(times[name]), rng))
     options = {"seed": seed, "tasks": tasks, "duration": duration, "rate": rate}
     prov = Provenance(source=source, format="generated", options={k: v for k, v in options.items() if v is not None})
-    return Workload(final, (prov,))
+    return _Plan(drawn, names, [times[name] for name in names], rank_class, prov)
+
+
+def generate(
+    model: WorkloadModel,
+    *,
+    tasks: Optional[int] = None,
+    duration: Optional[float] = None,
+    seed: int = 0,
+    rate: Optional[float] = None,
+    source: str = "<model>",
+) -> Workload:
+    """A synthetic workload: `tasks` tasks, or every task arriving within `duration` seconds.
+
+    `rate` (tasks per second, all classes together) replaces the fitted mean rate, keeping each
+    process's burstiness; it is required when a class's arrivals come from the user."""
+    with _NoGC():
+        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+        final = tuple(plan.tasks(records=False))
+    return Workload(final, (plan.provenance,))
+
+
+def write_generated(
+    model: WorkloadModel,
+    out: IO[bytes] | Path | str,
+    *,
+    tasks: Optional[int] = None,
+    duration: Optional[float] = None,
+    seed: int = 0,
+    rate: Optional[float] = None,
+    source: str = "<model>",
+) -> tuple[int, int, int]:
+    """Generate straight into a native file (a path or a binary stream), with `generate`'s arguments:
+    the same bytes as `native.write(generate(...))`, much faster, since no whole hash-id tuples are
+    built. Returns (tasks, calls, sub-tasks)."""
+    if isinstance(out, (str, Path)):
+        with open(out, "wb") as fh:
+            return write_generated(model, fh, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+    with _NoGC():
+        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+        out.write(native.header_line([plan.provenance]))
+        dumps, option = orjson.dumps, native.DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE
+        batch: list[bytes] = []
+        for record in plan.tasks(records=True):
+            batch.append(dumps(record, option=option))  # ids are below 2**63: orjson writes them all
+            if len(batch) >= 4096:
+                out.write(b"".join(batch))
+                batch.clear()
+        out.write(b"".join(batch))
+    calls = subs = 0
+    for d in plan.drawn:
+        c, s = _counts(d)
+        calls += c
+        subs += s
+    return len(plan.rank_class), calls, subs
