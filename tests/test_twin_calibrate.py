@@ -56,3 +56,43 @@ def test_fit_rejects_mismatched_or_non_positive_measurements():
         fit(points, [0.1, 0.2], truth)
     with pytest.raises(ValueError):
         fit(points, [0.1, 0.0, 0.2], truth)
+
+
+def test_sweep_of_a_small_context_server_reaches_its_limit_and_fits_the_kv_cache():
+    profile = load_profile("tiny-vllm-cpu")
+    points = design_sweep(profile)
+    limit = profile.scheduler.max_model_len
+    assert max(p.input_tokens for p in points if p.kind == "prefill") == limit - 1
+    long = [p for p in points if p.kind == "decode" and p.input_tokens > 1024]
+    assert long, "a long-context decode row separates the attended-context term"
+    kv = profile.kv_cache
+    for p in points:
+        blocks = -(-(p.input_tokens + p.output_tokens) // kv.block_size)
+        assert p.concurrency * blocks <= kv.capacity_blocks, p.label()
+    # the 3072-token row at 128 sequences would need 3,200 of 2,048 blocks: left out
+    assert ("decode", 128, 3072) not in {(p.kind, p.concurrency, p.input_tokens) for p in points}
+
+
+def test_decode_point_measures_end_to_end_latency_of_the_burst():
+    # one request alone: one prefill step, then O - 1 decode steps, each fixed + per_token (one token)
+    # + per_decode_seq + per_context_token * (prompt + tokens so far)
+    truth = known_profile()
+    point = design_sweep(truth)[0].__class__("decode", 1, 64, 32)
+    c = TRUE
+    prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64
+    decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
+                 for k in range(1, 32))
+    assert measure_on_twin(point, truth) == pytest.approx(prefill + decode, rel=1e-9)
+
+
+def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():
+    # what vLLM 0.32's CPU build reports for the test server (vllm:cache_config_info, engine defaults)
+    profile = load_profile("tiny-vllm-cpu")
+    assert profile.calibrated and "calibrate" in profile.source
+    assert profile.kv_cache.block_size == 128 and profile.kv_cache.capacity_blocks == 2048
+    s = profile.scheduler
+    assert (s.max_num_seqs, s.max_num_batched_tokens, s.chunked_prefill, s.max_model_len, s.async_scheduling) == (
+        128, 2048, True, 4096, False)
+    st = profile.step_time
+    assert st.fixed > 0 and st.per_token > 0
+    assert st.schedule_fixed == 0 and st.schedule_per_seq == 0  # folded into the fitted terms

@@ -17,12 +17,13 @@ GB300_PUBLISHED = {
 }
 
 
-def test_presets_load_and_tiny_is_marked_uncalibrated():
+def test_presets_load_and_tiny_is_calibrated():
     names = preset_names()
     assert "tiny-vllm-cpu" in names and set(GB300_PUBLISHED) <= set(names)
     tiny = load_profile("tiny-vllm-cpu")
-    assert not tiny.calibrated
-    assert tiny.kv_cache.capacity_blocks == 2**30 // (4096 * 16)
+    assert tiny.calibrated
+    # 1 GiB of fp32 KV (4 KiB a token) in the CPU backend's 128-token blocks
+    assert tiny.kv_cache.capacity_blocks == 2**30 // (4096 * 128)
 
 
 def test_overlays_change_only_what_they_name():

@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibrate",
         help="fit a server profile's step-time coefficients by measuring a sweep on a server",
         description="Run a sweep of request bursts (prefill: one request of growing prompt; decode: "
-        "growing batches at short and long context) against a server, fit the step-time coefficients by "
+        "growing batches at short and long context; measured: TTFT and end-to-end latency) against a server, fit the step-time coefficients by "
         "non-negative least squares and write the calibrated profile. The base profile gives the "
         "scheduler and KV settings, which must match how the server was started.",
     )
@@ -23,11 +23,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--twin", action="store_true",
                         help="measure the twin of the base profile itself (checks that the fit recovers it)")
     parser.add_argument("--model", help="model name to send (default: the server's first)")
+    parser.add_argument("--vocab-size", type=int, default=32000,
+                        help="the model's vocabulary size: prompt token ids are drawn below it (tiny test model: 1024)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the calibrated profile YAML here")
     parser.add_argument("--name", help="name of the calibrated profile (default: <base>-calibrated)")
     parser.add_argument("--max-concurrency", type=int, help="largest burst of the decode sweep")
     parser.add_argument("--max-prompt", type=int, help="longest prompt of the sweep")
-    parser.add_argument("--repeat", type=int, default=3, help="measurements per point; the median is fitted")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per point, reduced by --statistic")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="how a point's repeats are reduced: median, or min (the server's own cost "
+                        "when other processes share its CPUs and only ever add delay)")
     parser.set_defaults(func=calibrate_command)
 
 
@@ -49,25 +54,34 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if args.twin:
         measured = [measure_on_twin(p, base) for p in points]
         source = f"twin of {base.name}"
+        conditions = "exact"
     else:
-        measured = _measure_live(args.target, args.model, points, args.repeat, statistics.median)
+        reduce = statistics.median if args.statistic == "median" else min
+        load_before = _load_average()
+        measured = _measure_live(args.target, args.model, args.vocab_size, points, args.repeat, reduce)
         source = args.target
+        conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
+                      f"{_load_average()} after")
     result = fit(points, measured, base)
-    print(f"calibration of {base.name} against {source}: {len(points)} sweep points")
+    print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
     print(fit_report(result))
     if args.output:
         name = args.name or f"{base.name}-calibrated"
         _write_profile(args.output, result.profile.model_copy(update={
-            "name": name, "source": f"agentload calibrate against {source}",
+            "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
             "description": f"{base.description} (calibrated)".strip()}), result.rms_relative_error)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
-def _measure_live(url, model, points, repeat, reduce) -> list[float]:
-    """Each point's burst sent `repeat` times to the server; the reduced value of TTFT or mean ITL."""
+def _measure_live(url, model, vocab_size, points, repeat, reduce, seed=0) -> list[float]:
+    """Each point's burst sent `repeat` times to the server, in shuffled rounds; per point, the reduced
+    value of its TTFT (prefill) or mean end-to-end latency (decode)."""
     import asyncio
+    import os
     import time
+
+    import numpy as np
 
     from ..behaviour import CallRequest
     from ..errors import InputError
@@ -76,7 +90,8 @@ def _measure_live(url, model, points, repeat, reduce) -> list[float]:
 
     async def burst(client, index, point, attempt) -> float:
         call = Call(point.input_tokens, point.output_tokens)
-        requests = [CallRequest(f"calibrate-{index}-{attempt}-{i}", "calibrate", 0, call)
+        # The nonce keeps prompts unique across runs against one server: no prefix-cache hits.
+        requests = [CallRequest(f"calibrate-{nonce}-{index}-{attempt}-{i}", "calibrate", 0, call)
                     for i in range(point.concurrency)]
         now = time.perf_counter() - client.t0
         done = await asyncio.gather(*(client.send(r, now) for r in requests))
@@ -87,19 +102,42 @@ def _measure_live(url, model, points, repeat, reduce) -> list[float]:
                              file=url)
         if point.kind == "prefill":
             return sum(r.ttft for r in records) / len(records)
-        itl = [r.itl_mean for r in records if r.itl_mean is not None]
-        return sum(itl) / len(itl)
+        # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves
+        # the first token late and shortens the gaps, but not the end.
+        return sum(r.latency for r in records) / len(records)
+
+    nonce = f"{os.getpid()}-{time.time_ns()}"
 
     async def run() -> list[float]:
-        async with Client(Target(base_url=url, model=model), time.perf_counter()) as client:
+        # Each round measures every point once, in a new seeded random order: a drift of the server's
+        # speed (other work on a shared machine) spreads over all terms instead of biasing the terms
+        # measured last.
+        rng = np.random.default_rng(seed)
+        samples: list[list[float]] = [[] for _ in points]
+        async with Client(Target(base_url=url, model=model, vocab_size=vocab_size), time.perf_counter()) as client:
             await burst(client, -1, points[0], 0)  # warm-up
-            values = []
-            for index, point in enumerate(points):
-                values.append(reduce([await burst(client, index, point, a) for a in range(repeat)]))
-                print(f"  {point.label():34s} {values[-1] * 1e3:10.3f} ms", file=sys.stderr)
-            return values
+            for attempt in range(repeat):
+                for index in rng.permutation(len(points)):
+                    samples[index].append(await burst(client, int(index), points[index], attempt))
+                print(f"  round {attempt + 1} of {repeat} done", file=sys.stderr)
+        values = [reduce(s) for s in samples]
+        for point, value, s in zip(points, values, samples):
+            spread = "  ".join(f"{v * 1e3:.1f}" for v in s)
+            print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
+        return values
 
     return asyncio.run(run())
+
+
+def _load_average() -> str:
+    """The 1-minute load average of this machine ('n/a' where the OS has none): a calibration on a
+    shared machine is only as good as the machine was quiet."""
+    import os
+
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except (AttributeError, OSError):
+        return "n/a"
 
 
 def _write_profile(path: str, profile, rms: float) -> None:

@@ -5,8 +5,10 @@ server with no shared prefix:
 
 - ``prefill``: one request of P prompt tokens and one output token; measured: its TTFT (the sum of
   its prefill steps, chunked by the token budget);
-- ``decode``: B requests of P prompt tokens and O output tokens; measured: the mean inter-token
-  latency over the requests (the duration of decode steps of B sequences at growing context).
+- ``decode``: B requests of P prompt tokens and O output tokens; measured: the mean end-to-end
+  latency over the requests (their prefill, then O - 1 decode steps of up to B sequences at growing
+  context). End to end rather than inter-token: a busy server merges several tokens into one
+  streamed chunk, which delays the first token and shortens the gaps, but leaves the end in place.
 
 Because the twin's schedule for such a burst does not depend on the coefficients, each measured
 value is linear in them: its feature for a term is what the twin predicts with that coefficient set
@@ -37,7 +39,7 @@ class SweepPoint:
     """One measurement of the sweep."""
 
     kind: str
-    """'prefill' (value: TTFT) or 'decode' (value: mean inter-token latency)."""
+    """'prefill' (value: TTFT) or 'decode' (value: mean end-to-end latency)."""
     concurrency: int
     input_tokens: int
     output_tokens: int
@@ -71,21 +73,31 @@ class FitResult:
 
 def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = None) -> list[SweepPoint]:
     """A sweep that separates the terms: prompt lengths up to the context limit for prefill; batch
-    sizes up to `max_num_seqs` crossed with short and long contexts for decode."""
-    s = profile.scheduler
+    sizes up to `max_num_seqs` crossed with short and long contexts for decode, leaving out bursts
+    whose KV blocks exceed the cache."""
+    s, kv = profile.scheduler, profile.kv_cache
     limit = s.max_model_len
     top = min(s.max_num_seqs, max_concurrency or s.max_num_seqs)
     points = []
-    for p in (16, 64, 256, 1024, 4096, 16384, 65536):
+    lengths = {16, 64, 256, 1024, 4096, 16384, 65536}
+    if limit <= 65536:
+        lengths.add(limit - 1)  # the longest prompt the server takes
+    for p in sorted(lengths):
         if p + 1 <= limit:
             points.append(SweepPoint("prefill", 1, p, 1))
     batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= top} | {top})
     output = 32
-    for context in (64, 1024, 8192):
+    # a long context near the model's limit separates the attended-context term from per-sequence costs
+    contexts = {64, 1024, 8192}
+    if 8192 + 32 > limit:
+        contexts.add((limit * 3 // 4) // 64 * 64)
+    for context in sorted(contexts):
         if context + output > limit:
             continue
         for b in batches:
-            points.append(SweepPoint("decode", b, context, output))
+            # a burst the KV cache cannot hold would measure preemption, not steps
+            if b * -(-(context + output) // kv.block_size) <= kv.capacity_blocks:
+                points.append(SweepPoint("decode", b, context, output))
     return points
 
 
@@ -98,7 +110,7 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
     done = [event.value for event in events]
     if point.kind == "prefill":
         return float(np.mean([c.ttft for c in done]))
-    return float(np.mean([c.itl_mean for c in done if c.itl_mean is not None]))
+    return float(np.mean([c.end - c.submitted for c in done]))
 
 
 def unit_profile(profile: ServerProfile, term: str) -> ServerProfile:
