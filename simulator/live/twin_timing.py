@@ -167,10 +167,9 @@ class TwinTiming(_Loop):
             self.lateness.append(now - env.peek())
         while env.peek() <= now:
             env.step()
-        for req in twin.running:  # tokens of running requests, up to the last step processed
-            stream = req.tag
-            if req.generated > stream.sent:
-                self._give(stream, req.generated - stream.sent)
+        for stream, generated in twin.in_flight():  # tokens so far, up to the last step processed
+            if generated > stream.sent:
+                self._give(stream, generated - stream.sent)
 
     def _give(self, stream: _Stream, count: int) -> None:
         self.generation_tokens += count

@@ -11,6 +11,8 @@ with ``http_4xx`` (status 400), as vLLM rejects them.
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Protocol, Sequence, Union
 
@@ -20,7 +22,7 @@ from ..behaviour import CallRequest, Fork, RetryPolicy, Send, TaskOutcome, Wait,
 from ..metrics.records import CallRecord, TaskRecord
 from ..workload import Task, Workload
 from .profile import ServerProfile
-from .twin import Completion, Twin, TwinStats, exact_delay
+from .twin import Twin, TwinStats, exact_delay
 
 
 class RecordSink(Protocol):
@@ -80,7 +82,8 @@ class SimDriver:
     def run(self) -> SimResult:
         """Run every task to its end; returns how it ended."""
         self.env.process(self._arrivals())
-        self.env.run()
+        with _fewer_collections():
+            self.env.run()
         return SimResult(self._last_end, self.started, self.twin.stats)
 
     def _arrivals(self):
@@ -98,7 +101,10 @@ class SimDriver:
     def _task(self, task: Task, arrival: float, parent_id: Optional[str]):
         """Process running one task's behaviour; its value is (outcome, end)."""
         env = self.env
+        twin = self.twin
+        sink_call = self.sink.call
         behaviour = task_behaviour(task, self.retry)
+        send = behaviour.send
         children: list[simpy.Process] = []
         calls_ok = 0
         time_in_calls = time_in_ttft = time_in_gaps = 0.0
@@ -107,28 +113,50 @@ class SimDriver:
         value: Any = None
         while True:
             try:
-                effect = behaviour.send(value)
+                effect = send(value)
             except StopIteration as done:
                 outcome: TaskOutcome = done.value
                 break
             value = None
-            if isinstance(effect, Wait):
+            kind = type(effect)
+            if kind is not Send and kind is not Wait and kind is not Fork:  # subclasses
+                kind = next((k for k in (Send, Wait, Fork) if isinstance(effect, k)), None)
+            if kind is Send:
+                # one call, sent now (simulation has no client lag); its record is built once
+                request = effect.request
+                call = request.call
+                sent = env.now
+                if twin.fits(call.input_tokens, call.output_tokens):
+                    done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                    end = done.last_token
+                    first = done.first_token
+                    count = done.itl_count
+                    ttft = first - sent
+                    record = CallRecord(
+                        task_id=request.task_id, task_class=request.task_class, call_index=request.call_index,
+                        attempt=request.attempt, intended_send=anchor, actual_send=sent, end=end, ok=True,
+                        ttft=ttft, itl_count=count, itl_mean=(end - first) / count if count else None,
+                        itl_max=done.itl_max if count else None,
+                        input_tokens=call.input_tokens, output_tokens=done.generated,
+                        requested_output_tokens=call.output_tokens, cached_tokens=done.cached_tokens or 0,
+                        status=200,
+                    )
+                    sink_call(record, done.gaps if done.gaps is not None else [])
+                    time_in_calls += end - sent
+                    time_in_ttft += ttft
+                    calls_ok += 1
+                    anchor = end
+                else:
+                    record = self._rejected(request, anchor, sent)
+                    last_error = record.error_class
+                    anchor = sent
+                value = record
+            elif kind is Wait:
                 anchor += effect.seconds
                 time_in_gaps += effect.seconds
                 if anchor > env.now:
                     yield env.timeout(exact_delay(env.now, anchor))
-            elif isinstance(effect, Send):
-                record = yield from self._send(effect.request, anchor)
-                time_in_calls += record.latency
-                if record.ttft is not None:
-                    time_in_ttft += record.ttft
-                if record.ok:
-                    calls_ok += 1
-                else:
-                    last_error = record.error_class
-                anchor = record.end
-                value = record
-            elif isinstance(effect, Fork):
+            elif kind is Fork:
                 waited = []
                 for sub in effect.subtasks:
                     child = env.process(self._task(sub.task, env.now, task.id))
@@ -144,8 +172,12 @@ class SimDriver:
         for child in children:
             if not child.triggered:
                 yield child
-        end = max([env.now] + [child.value[1] for child in children])
-        self._last_end = max(self._last_end, end)
+        end = env.now
+        for child in children:
+            if child.value[1] > end:
+                end = child.value[1]
+        if end > self._last_end:
+            self._last_end = end
         self.sink.task(TaskRecord(
             task_id=task.id,
             task_class=task.task_class,
@@ -164,32 +196,32 @@ class SimDriver:
         ))
         return outcome, end
 
-    def _send(self, request: CallRequest, intended: float):
-        """Submit one call to the twin; the generator's value is its `CallRecord`."""
-        env = self.env
+    def _rejected(self, request: CallRequest, intended: float, sent: float) -> CallRecord:
+        """The record of a call longer than `max_model_len`, failed at once as vLLM fails it (HTTP 400)."""
         call = request.call
-        sent = env.now
-        if not self.twin.fits(call.input_tokens, call.output_tokens):
-            record = CallRecord(
-                task_id=request.task_id, task_class=request.task_class, call_index=request.call_index,
-                attempt=request.attempt, intended_send=intended, actual_send=sent, end=sent, ok=False,
-                input_tokens=call.input_tokens, requested_output_tokens=call.output_tokens, status=400,
-                error_class="http_4xx",
-                error_message=f"prompt + output ({call.input_tokens} + {call.output_tokens}) exceeds "
-                              f"max_model_len {self.twin.max_model_len}",
-            )
-            self.sink.call(record, ())
-            return record
-        done: Completion = yield self.twin.submit_call(call)
         record = CallRecord(
             task_id=request.task_id, task_class=request.task_class, call_index=request.call_index,
-            attempt=request.attempt, intended_send=intended, actual_send=sent, end=done.end, ok=True,
-            ttft=done.ttft, itl_count=done.itl_count, itl_mean=done.itl_mean, itl_max=done.itl_max,
-            input_tokens=call.input_tokens, output_tokens=done.output_tokens,
-            requested_output_tokens=call.output_tokens, cached_tokens=done.cached_tokens, status=200,
+            attempt=request.attempt, intended_send=intended, actual_send=sent, end=sent, ok=False,
+            input_tokens=call.input_tokens, requested_output_tokens=call.output_tokens, status=400,
+            error_class="http_4xx",
+            error_message=f"prompt + output ({call.input_tokens} + {call.output_tokens}) exceeds "
+                          f"max_model_len {self.twin.max_model_len}",
         )
-        self.sink.call(record, done.gaps)
+        self.sink.call(record, ())
         return record
+
+
+@contextmanager
+def _fewer_collections():
+    """Run the cyclic garbage collector less often: a run allocates a few dozen objects a call, nearly
+    all freed by reference counting, and the default thresholds would collect every few dozen calls
+    while the prefix cache keeps millions of objects alive (about a tenth of a long run)."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], 100_000), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def simulate(workload: Workload, profile: ServerProfile, *, retry: RetryPolicy = RetryPolicy(),

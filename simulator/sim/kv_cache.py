@@ -23,12 +23,14 @@ from typing import Optional, Sequence
 
 
 class _Node:
-    __slots__ = ("parent", "ids", "start", "ref", "children", "tb", "size")
+    __slots__ = ("parent", "ids", "n", "start", "ref", "children", "tb", "size")
 
     def __init__(self, parent: Optional[_Node], ids: tuple, start: int, tb: int) -> None:
         self.parent = parent
         self.ids = ids
-        """The trace blocks of this run (hash ids)."""
+        """The trace blocks of this run (hash ids): the first `n` of them (eviction shortens a run
+        without copying it)."""
+        self.n = len(ids)
         self.start = start
         """Position of its first trace block in the prompt."""
         self.ref = 0
@@ -40,7 +42,7 @@ class _Node:
 
     @property
     def end(self) -> int:
-        return self.start + len(self.ids)
+        return self.start + self.n
 
 
 class Holding:
@@ -99,10 +101,6 @@ class KVCache:
         """Blocks held by requests."""
         return self.num_blocks - self.available
 
-
-    def _kv(self, tb: int, x: int) -> int:
-        return x * tb // self.block_size
-
     # ---- lookup and admission ---------------------------------------------------------------
 
     def lookup(self, h: Holding, limit_blocks: int) -> tuple[Optional[_Node], int]:
@@ -118,9 +116,9 @@ class KVCache:
             child = node.children.get(ids[pos])
             if child is None:
                 break
-            n = min(len(child.ids), cap - pos)
+            n = min(child.n, cap - pos)
             if ids[pos:pos + n] == child.ids[:n]:
-                if n < len(child.ids):
+                if n < child.n:
                     return child, pos + n
                 node, pos = child, pos + n
                 continue
@@ -136,7 +134,7 @@ class KVCache:
 
     def cached_blocks(self, h: Holding, match: tuple[Optional[_Node], int]) -> int:
         """KV blocks a lookup's match covers."""
-        return self._kv(h.tb, match[1])
+        return match[1] * h.tb // self.block_size
 
     def admit(self, h: Holding, match: tuple[Optional[_Node], int], tokens: int) -> bool:
         """Hold the matched prefix and grow the request to cover `tokens`; False (nothing changed)
@@ -145,10 +143,11 @@ class KVCache:
         if node is None or pos == 0:
             return self.grow(h, tokens)
         total = -(-tokens // self.block_size)
-        matched = self._kv(h.tb, pos)
+        matched = pos * h.tb // self.block_size
         revived = 0
         if node.ref == 0:
-            revived = self._kv(h.tb, pos) - self._kv(h.tb, node.start)  # only a split node's head
+            # only a split node's head
+            revived = pos * h.tb // self.block_size - node.start * h.tb // self.block_size
             walk = node.parent
             while walk.parent is not None and walk.ref == 0:  # held nodes have held ancestors
                 revived += walk.size
@@ -191,13 +190,27 @@ class KVCache:
             target = min(len(h.ids), tokens // h.tb)
             if target > keyed_tb:
                 keyed_tb = self._extend(h, target)
-        keyed = self._kv(h.tb, keyed_tb)
-        self.cached += keyed - self._kv(h.tb, h.keyed_tb)
+        keyed = keyed_tb * h.tb // self.block_size
+        self.cached += keyed - h.keyed_tb * h.tb // self.block_size
         h.keyed_tb = keyed_tb
         private = total - keyed
         self.private += private - h.private
         h.private = private
         h.blocks = total
+        return True
+
+    def take(self, blocks: int) -> bool:
+        """Allocate `blocks` private blocks held outside any `Holding` (the twin's decode group keeps
+        its members' counts itself); False (nothing changed) when they do not fit. Evicts exactly as
+        growing the holdings one by one would, whatever the split."""
+        if blocks <= 0:
+            return True
+        fresh = self.num_blocks - self.cached - self.private
+        if blocks > fresh + self.evictable:
+            return False
+        if blocks > fresh:
+            self._evict(blocks - fresh)
+        self.private += blocks
         return True
 
     def release(self, h: Holding) -> None:
@@ -222,8 +235,9 @@ class KVCache:
         node = h.node
         new = h.ids[h.keyed_tb:target]
         if node is not None and node.ref == 1 and not node.children:
-            node.ids = node.ids + new
-            node.size = self._kv(node.tb, node.end) - self._kv(node.tb, node.start)
+            node.ids = node.ids[:node.n] + new
+            node.n = len(node.ids)
+            node.size = node.end * node.tb // self.block_size - node.start * node.tb // self.block_size
             return target
         parent = h.node
         if parent is None:
@@ -235,7 +249,7 @@ class KVCache:
             return h.keyed_tb
         child = _Node(parent, new, h.keyed_tb, h.tb)
         child.ref = 1
-        child.size = self._kv(h.tb, target) - self._kv(h.tb, h.keyed_tb)
+        child.size = target * h.tb // self.block_size - h.keyed_tb * h.tb // self.block_size
         parent.children[new[0]] = child
         h.node = child
         return target
@@ -246,11 +260,12 @@ class KVCache:
         head = _Node(node.parent, node.ids[:k], node.start, node.tb)
         head.ref = node.ref
         node.parent.children[node.ids[0]] = head  # type: ignore[union-attr]
-        node.ids = node.ids[k:]
+        node.ids = node.ids[k:node.n]
+        node.n = len(node.ids)
         node.start += k
         node.parent = head
         head.children[node.ids[0]] = node
-        head.size = self._kv(head.tb, head.end) - self._kv(head.tb, head.start)
+        head.size = head.end * head.tb // self.block_size - head.start * head.tb // self.block_size
         node.size -= head.size
         if node.ref == 0:  # unreferenced like the tail; the caller's hold walk takes it out
             self.lru[head] = None
@@ -264,19 +279,18 @@ class KVCache:
             if node.children:  # defensive: a parent never precedes its children
                 lru.move_to_end(node)
                 continue
-            start_kv = self._kv(node.tb, node.start)
+            start_kv = node.start * node.tb // self.block_size
             size = node.size
             if size <= blocks:
                 del lru[node]
                 del node.parent.children[node.ids[0]]  # type: ignore[union-attr]
                 freed = size
             else:
-                keep = len(node.ids)
-                while keep and self._kv(node.tb, node.start + keep) > start_kv + size - blocks:
-                    keep -= 1
-                if keep:
-                    node.ids = node.ids[:keep]
-                    node.size = self._kv(node.tb, node.end) - start_kv
+                # the most trace blocks whose KV blocks stay within size - blocks (fewer than all)
+                keep = ((start_kv + size - blocks + 1) * self.block_size - 1) // node.tb - node.start
+                if keep > 0:
+                    node.n = keep
+                    node.size = node.end * node.tb // self.block_size - start_kv
                     freed = size - node.size
                 else:
                     del lru[node]

@@ -20,10 +20,15 @@ step g), so runs are reproducible and a run of decode steps can be advanced at o
 scheduling is modelled by its effect on step time only (see `step_time`), not by a one-step lag.
 A request sent at the instant another ends (a closed-loop client's next call) is seen by the next step.
 
-Fast path: when a step is pure decode, nothing waits that could be admitted and no other event is due
-before the step's end, the twin advances many decode steps at once, up to the first finish, the first
-step boundary at or after the next event in the SimPy queue, or a KV shortage. The records are the same
-as stepping one by one (tests check this); only the number of SimPy events differs.
+Fast path (`fast_decode`, the default): requests that decode step after step are advanced as one
+group (`simulator.sim.decode_group`): shared token, block and gap counters, a heap of finish points, so
+a step costs the same whatever the batch size, and only requests that change state (admitted,
+prefilling, finishing) are looked at one by one. When a step is pure decode, nothing waits that could
+be admitted and no other event is due before the step's end, the twin advances many decode steps at
+once, up to the first finish, the first step boundary at or after the next event in the SimPy queue,
+or a KV shortage. Where the group cannot follow the scheduler exactly (its members would not all get
+their tokens or their blocks), its members are written back and the step is taken one request at a
+time. The records are the same as stepping one by one without the group (tests check this).
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import simpy
 
 from ..workload import Call
+from .decode_group import DecodeGroup
 from .kv_cache import Holding, KVCache
 from .profile import ServerProfile
 from .step_time import StepTimeModel
@@ -85,6 +91,8 @@ class TwinStats:
     fast_chunks: int = 0
     """Times many decode steps were advanced in one go."""
     max_running: int = 0
+    settled_steps: int = 0
+    """Steps whose decode group had to be written back and stepped one request at a time."""
 
 
 @dataclass(slots=True)
@@ -106,7 +114,8 @@ class _Chunk:
 class _Request:
     __slots__ = ("prompt", "target", "hold", "submitted", "event", "tag", "generated", "computed",
                  "prefill_len", "decoding", "first_token", "last_token", "itl_count", "itl_max",
-                 "cached_tokens", "preemptions", "gaps")
+                 "cached_tokens", "preemptions", "gaps", "seq", "raw",
+                 "a", "b", "t_join", "u_join", "keyed", "in_group")
 
     def __init__(self, prompt: int, target: int, hold: Holding, submitted: float, event: simpy.Event,
                  tag: Any, keep_gaps: bool) -> None:
@@ -127,6 +136,11 @@ class _Request:
         self.cached_tokens: Optional[int] = None
         self.preemptions = 0
         self.gaps: Optional[list[float]] = [] if keep_gaps else None
+        self.seq = 0
+        """Admission order (the running set's order)."""
+        self.in_group = False
+        self.raw = False
+        """Resolve the event with the request itself rather than a `Completion`."""
 
 
 class Twin:
@@ -150,9 +164,15 @@ class Twin:
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
+        """Running requests outside the group, all newer than its members, in running order."""
+        self.group = DecodeGroup(kv.block_size, keep_gaps)
+        """Decoding requests advanced together (fast path only); the oldest part of the running set."""
         self.stats = TwinStats()
         self.clock = env.now
         self._step_index = 0
+        self._admitted = 0
+        self._decode_terms: dict[int, tuple[float, float]] = {}
+        """Step-time terms of a pure-decode step by batch size (base compute, scheduling)."""
         self._wake: Optional[simpy.Event] = None
         self.process = env.process(self._run())
 
@@ -177,6 +197,25 @@ class Twin:
         """`submit` a workload call, its prefix blocks keyed by its hash ids."""
         return self.submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size, tag)
 
+    def submit_call_raw(self, call: Call) -> simpy.Event:
+        """`submit_call`, but the event's value is the twin's own request record instead of a
+        `Completion`, to save building one: the SimPy driver builds its call record straight from it.
+        It has the `Completion` figures under these names: `submitted`, `first_token`, `last_token`
+        (the end), `prompt`, `generated`, `cached_tokens`, `itl_count`, `itl_max`, `preemptions`,
+        `gaps` (None unless kept)."""
+        event = self.submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size)
+        self.waiting[-1].raw = True
+        return event
+
+    def in_flight(self) -> Iterator[tuple[Any, int]]:
+        """(tag, output tokens generated so far) of every running request, oldest first, as of the
+        last step processed (members of the decode group included, whose own counters lag)."""
+        group = self.group
+        for req in group.members():
+            yield req.tag, req.b + group.tokens
+        for req in self.running:
+            yield req.tag, req.generated
+
     def fits(self, input_tokens: int, output_tokens: int) -> bool:
         """Whether a call of this size is accepted (prompt plus output within `max_model_len`)."""
         return input_tokens + max(1, output_tokens) <= self.max_model_len
@@ -191,27 +230,28 @@ class Twin:
 
     def _run(self):
         env = self.env
+        group = self.group
         while True:
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and not group.size:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 self.clock = env.now
             decodes, prefills, preempted = self._schedule()
-            if not decodes and not prefills:
+            if not decodes and not prefills and not group.size:
                 raise RuntimeError("twin: requests wait but none can be scheduled (KV cache too small?)")
             start = self.clock
             chunk = None
-            if (self.fast_decode and not prefills and not preempted and len(decodes) == len(self.running)
-                    and env.peek() > env.now):
-                chunk = self._decode_chunk(decodes)
+            if group.size and not prefills and not decodes and not preempted and not self.running \
+                    and env.peek() > env.now:
+                chunk = self._decode_chunk()
             if chunk is None:
                 end = start + self._duration(decodes, prefills)
                 yield env.timeout(exact_delay(env.now, end))
                 finished = self._finish_step(decodes, prefills, end)
             else:
                 yield env.timeout(exact_delay(env.now, chunk.end))
-                finished = self._finish_chunk(decodes, chunk)
+                finished = self._finish_chunk(chunk)
             self.stats.busy_time += self.clock - start
             if finished:
                 # Let the clients of finished requests react (send their next call) before the next
@@ -219,10 +259,24 @@ class Twin:
                 yield env.timeout(0)
 
     def _schedule(self) -> tuple[list[_Request], list[tuple[_Request, int]], bool]:
-        """Pick this step's work: (decoding requests, (request, chunk) prefills, whether any preemption)."""
-        kv, bs, running = self.kv, self.block_size, self.running
+        """Pick this step's work: (decoding requests outside the group, (request, chunk) prefills,
+        whether any preemption). The group's members all decode."""
+        kv, bs = self.kv, self.block_size
         budget = self.budget
         per_decode = 1 + self.k
+        group = self.group
+        if group.size:
+            # The members come first in the running order, and their blocks are private: the cache
+            # grants their growth as a whole exactly when it grants it member by member.
+            need = group.blocks_needed(group.tokens + per_decode)
+            tokens = group.size * per_decode
+            if tokens <= budget and (not need or kv.take(need)):
+                budget -= tokens
+            else:
+                self.running[:0] = group.settle_all()  # step them one by one (skips, preemptions)
+                self.stats.settled_steps += 1
+        group.horizon = group.tokens + per_decode
+        running = self.running
         decodes: list[_Request] = []
         prefills: list[tuple[_Request, int]] = []
         preempted = False
@@ -248,16 +302,37 @@ class Twin:
                 decodes.append(req)
             else:
                 prefills.append((req, n))
-        if not preempted:
+        if not preempted and self.waiting:
             self._admit(budget, prefills)
-        if len(running) > self.stats.max_running:
-            self.stats.max_running = len(running)
+        if decodes and self.fast_decode:
+            decodes = self._join(decodes)
+        total = len(self.running) + group.size
+        if total > self.stats.max_running:
+            self.stats.max_running = total
         return decodes, prefills, preempted
+
+    def _join(self, decodes: list[_Request]) -> list[_Request]:
+        """Move the scheduled decoders at the head of `running` into the group, as far as their blocks
+        are only private ones from now on; returns those left out."""
+        running, group, kv = self.running, self.group, self.kv
+        k = 0
+        for req in decodes:
+            if k >= len(running) or running[k] is not req:
+                break
+            hold = req.hold
+            if kv.prefix_caching and not hold.sealed and hold.keyed_tb < len(hold.ids):
+                break  # its next growth may still add keyed blocks to the tree: keep its place in line
+            group.join(req)
+            k += 1
+        if k:
+            del running[:k]
+        return decodes[k:]
 
     def _admit(self, budget: int, prefills: list[tuple[_Request, int]]) -> None:
         """Admit waiting requests first come first served while seats, budget and blocks allow."""
         kv, bs, running, waiting = self.kv, self.block_size, self.running, self.waiting
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+        seats = self.max_num_seqs - self.group.size
+        while waiting and budget > 0 and len(running) < seats:
             req = waiting[0]
             tokens = req.prompt + req.generated
             match = kv.lookup(req.hold, (tokens - 1) // bs)
@@ -276,6 +351,8 @@ class Twin:
             req.computed = computed
             req.prefill_len = tokens
             req.decoding = False
+            self._admitted += 1
+            req.seq = self._admitted
             running.append(req)
             prefills.append((req, n))
             budget -= n
@@ -302,14 +379,15 @@ class Twin:
 
     def _duration(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> float:
         per_decode = 1 + self.k
-        context = len(decodes) * per_decode
+        group = self.group
+        context = len(decodes) * per_decode + group.context(per_decode)
         for req in decodes:
             context += req.computed
         prefill_tokens = 0
         for req, n in prefills:
             prefill_tokens += n
             context += req.computed + n
-        return self.model.duration(prefill_tokens, len(prefills), len(decodes), context)
+        return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context)
 
     def _finish_step(self, decodes: list[_Request], prefills: list[tuple[_Request, int]], end: float) -> bool:
         """Apply one step's results at its end time; True when requests finished."""
@@ -317,7 +395,8 @@ class Twin:
         emit = self.emitted(self._step_index)
         self._step_index += 1
         self.stats.steps += 1
-        done = []
+        done = self.group.advance(1, end, end, 0.0, (), emit) if self.group.size else []
+        group_done = len(done)
         for req in decodes:
             n = req.target - req.generated
             if emit < n:
@@ -347,7 +426,7 @@ class Twin:
                 if req.generated >= req.target:
                     done.append(req)
         if done:
-            self._finish(done, end)
+            self._finish(done, group_done, end)
         return bool(done)
 
     def _token(self, req: _Request, t: float) -> None:
@@ -359,116 +438,96 @@ class Twin:
             req.gaps.append(gap)
         req.last_token = t
 
-    def _decode_chunk(self, decodes: list[_Request]) -> Optional[_Chunk]:
-        """Plan as many pure-decode steps as can run before anything changes; None when only one may."""
-        n_seqs = len(decodes)
+    def _decode_chunk(self) -> Optional[_Chunk]:
+        """Plan as many pure-decode steps of the group as can run before anything changes; None when
+        only one may."""
+        group = self.group
+        n_seqs = group.size
         per_decode = 1 + self.k
-        remaining = decodes[0].target
-        context = n_seqs * per_decode
-        for req in decodes:
-            context += req.computed
-            left = req.target - req.generated
-            if left < remaining:
-                remaining = left
+        remaining = group.remaining()
+        context = group.context(per_decode)
         horizon = self.env.peek()
         model = self.model
         # the same operations as `StepTimeModel.duration`, hoisted: results are bit-identical
-        base = model.base(0, n_seqs)
+        terms = self._decode_terms.get(n_seqs)
+        if terms is None:
+            terms = self._decode_terms[n_seqs] = (model.base(0, n_seqs), model.schedule(n_seqs))
+        base, schedule = terms
         per_context = model.per_context_token
-        schedule = model.schedule(n_seqs)
         overlap = model.async_scheduling
-        t = self.clock
         step = self._step_index
         keep = self.keep_gaps
+        spec = self.k > 0
+        # the first step (its gap is each member's own), then the rest while nothing changes
+        compute = base + per_context * context
+        t = self.clock + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
+        first = t
+        if spec:
+            last_emit = self.emitted(step)
+            step += 1
+        else:
+            last_emit = 1
+        cumulative = last_emit
+        context += n_seqs * last_emit
+        if cumulative >= remaining or t >= horizon:
+            return None
         times: list[float] = []
         append = times.append
-        first = 0.0
         inner_max = 0.0
-        cumulative = 0
-        last_emit = 1
-        spec = self.k > 0
-        room = MAX_CHUNK_STEPS
-        while True:
+        grow = n_seqs * last_emit
+        room = MAX_CHUNK_STEPS - 1
+        while room:
             compute = base + per_context * context
             before = t
             t = t + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
-            if room == MAX_CHUNK_STEPS:
-                first = t
-            else:
-                gap = t - before
-                if gap > inner_max:
-                    inner_max = gap
-                if keep:
-                    append(gap)
+            gap = t - before
+            if gap > inner_max:
+                inner_max = gap
+            if keep:
+                append(gap)
             if spec:
                 last_emit = self.emitted(step)
                 step += 1
+                grow = n_seqs * last_emit
             cumulative += last_emit
-            context += n_seqs * last_emit
+            context += grow
             room -= 1
-            if cumulative >= remaining or t >= horizon or not room:
+            if cumulative >= remaining or t >= horizon:
                 break
-        if room == MAX_CHUNK_STEPS - 1:
-            return None
         # Blocks for the last step must fit without preemption, else step one by one.
-        bs = self.block_size
-        kv = self.kv
-        before_last = cumulative - last_emit + per_decode
-        extra = 0
-        for req in decodes:
-            extra += -(-(req.computed + before_last) // bs) - req.hold.blocks
-        if extra > kv.available:
+        reach = group.tokens + cumulative - last_emit + per_decode
+        if not self.kv.take(group.blocks_needed(reach)):
             return None
-        limit = before_last
-        for req in decodes:
-            if req.computed + limit > req.hold.blocks * bs:
-                kv.grow(req.hold, req.computed + limit)
+        group.horizon = reach
         return _Chunk(MAX_CHUNK_STEPS - room, first, t, inner_max, times, cumulative)
 
-    def _finish_chunk(self, decodes: list[_Request], chunk: _Chunk) -> bool:
-        """Apply a run of pure-decode steps at its end time; True when requests finished."""
-        end = chunk.end
-        n_steps = chunk.steps
-        emitted = chunk.emitted
-        self.clock = end
-        self._step_index += n_steps
-        self.stats.steps += n_steps
+    def _finish_chunk(self, chunk: _Chunk) -> bool:
+        """Apply a run of the group's pure-decode steps at its end time; True when requests finished."""
+        self.clock = chunk.end
+        self._step_index += chunk.steps
+        self.stats.steps += chunk.steps
         self.stats.fast_chunks += 1
-        inner = chunk.inner_gaps
-        inner_max = chunk.inner_max
-        keep = self.keep_gaps
-        first_end = chunk.first
-        done = []
-        for req in decodes:
-            n = req.target - req.generated
-            if emitted < n:
-                n = emitted
-            req.generated += n
-            req.computed += n
-            first = first_end - req.last_token
-            req.itl_count += n_steps
-            top = first if first > inner_max else inner_max
-            if top > req.itl_max:
-                req.itl_max = top
-            if keep:
-                req.gaps.append(first)
-                req.gaps.extend(inner)
-            req.last_token = end
-            if req.generated >= req.target:
-                done.append(req)
+        done = self.group.advance(chunk.steps, chunk.first, chunk.end, chunk.inner_max, chunk.inner_gaps,
+                                  chunk.emitted)
         if done:
-            self._finish(done, end)
+            self._finish(done, len(done), chunk.end)
         return bool(done)
 
-    def _finish(self, done: list[_Request], end: float) -> None:
-        """End finished requests: free their blocks, resolve their events."""
-        finished = set(map(id, done))
-        self.running = [r for r in self.running if id(r) not in finished]
+    def _finish(self, done: list[_Request], settled: int, end: float) -> None:
+        """End finished requests (the first `settled` were group members, already out of `running`):
+        free their blocks, resolve their events."""
+        if settled < len(done):
+            finished = set(map(id, done[settled:]))
+            self.running = [r for r in self.running if id(r) not in finished]
         stats = self.stats
         for req in done:
             self.kv.release(req.hold)
             stats.finished += 1
             stats.output_tokens += req.generated
+            if req.raw:
+                event, req.event = req.event, None  # the event's value is the request: no cycle left
+                event.succeed(req)
+                continue
             count = req.itl_count
             req.event.succeed(Completion(
                 submitted=req.submitted,
@@ -489,8 +548,9 @@ class Twin:
 def exact_delay(now: float, t: float) -> float:
     """A delay that brings SimPy's clock from `now` to exactly `t` (now + (t - now) can round off)."""
     delay = t - now
-    while now + delay < t:
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > t:
-        delay = math.nextafter(delay, -math.inf)
-    return max(delay, 0.0)
+    if now + delay != t:
+        while now + delay < t:
+            delay = math.nextafter(delay, math.inf)
+        while now + delay > t:
+            delay = math.nextafter(delay, -math.inf)
+    return delay if delay > 0.0 else 0.0

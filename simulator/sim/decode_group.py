@@ -1,0 +1,241 @@
+"""The twin's decoding requests advanced as one group, so that a step costs the same whatever the batch.
+
+Every member of the group decodes in every step the group takes part in, so the group keeps shared
+counters and each member only its offsets from them, fixed when it joins:
+
+- tokens: the group counts the tokens each member emitted since the group began (`tokens`); a member
+  has computed ``a + tokens`` and generated ``b + tokens`` of them, until it reaches its target at the
+  finish point ``target - b``. Finish points sit in a heap, so finding who ends in a step, or how many
+  steps are left before the first end, does not look at the others.
+- KV blocks: every member holds the blocks covering ``a + horizon`` tokens, the horizon moving with
+  the group. Members are counted by the residue of `a` modulo the block size, so the blocks a move of
+  the horizon needs are a sum over at most `block_size` residues.
+- inter-token gaps: a member sees every step gap after its first step. The group records its steps in
+  *units* (one step, or a run of decode steps planned at once) and keeps the largest gap of each unit
+  on a decreasing stack, so a member's largest gap since it joined is one binary search. When gaps are
+  kept, the step gaps go into one shared list that a member's own list is sliced from when it leaves.
+
+A member's exact per-request fields (tokens, blocks, gap counts and maxima) are written back by
+`settle`, when it finishes or when the twin needs to step it on its own (see `simulator.sim.twin`).
+The group is arithmetic only: it does not touch the KV cache nor time; the twin does both.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections import deque
+from typing import Any, Sequence
+
+_TRIM_AT = 64
+"""Shortest gap stack or shared gap list worth trimming."""
+
+
+class DecodeGroup:
+    """Shared counters of the requests decoding together (see the module docstring)."""
+
+    def __init__(self, block_size: int, keep_gaps: bool) -> None:
+        self.block_size = block_size
+        self.keep_gaps = keep_gaps
+        self.tokens = 0
+        """Tokens each member emitted since the group's counters began."""
+        self.horizon = 0
+        """Members hold the blocks covering ``a + horizon`` tokens."""
+        self.steps = 0
+        """Steps the group took part in."""
+        self.units = 0
+        self.size = 0
+        self.offset_sum = 0
+        """Sum of the members' `a`: their computed tokens are ``offset_sum + size * tokens``."""
+        self.residues = [0] * block_size
+        self.heap: list[tuple[int, int, Any]] = []
+        self.last_end = 0.0
+        """End of the group's last step."""
+        self._order: deque[tuple[int, Any]] = deque()
+        """(steps at join, member) in join order, which is the running order; left members linger."""
+        self._joined: list[Any] = []
+        """Members that joined since the last unit (their first gap is their own)."""
+        self._stack_units: list[int] = []
+        self._stack_max: list[float] = []
+        self._trim_at = _TRIM_AT
+        self._stale = 0
+        """Members in `_order` who left."""
+        self._gaps: list[float] = []
+        self._gaps_base = 0
+        """Step index of `_gaps[0]`."""
+
+    # ---- membership -------------------------------------------------------------------------
+
+    def join(self, req: Any) -> None:
+        """Add a decoding request that holds the blocks for ``computed + horizon - tokens`` tokens."""
+        tokens = self.tokens
+        a = req.computed - tokens
+        req.a = a
+        req.b = req.generated - tokens
+        req.t_join = self.steps
+        req.u_join = self.units
+        req.keyed = req.hold.blocks - req.hold.private
+        req.in_group = True
+        self.size += 1
+        self.offset_sum += a
+        self.residues[a % self.block_size] += 1
+        heapq.heappush(self.heap, (req.target - req.b, req.seq, req))
+        self._order.append((self.steps, req))
+        self._joined.append(req)
+
+    def settle(self, req: Any) -> None:
+        """Write a member's exact fields back at the end of a unit and take it out of the group (its
+        heap entry must be gone already)."""
+        tokens = self.tokens
+        finish = req.target - req.b
+        reached = tokens if tokens < finish else finish
+        req.generated = req.b + reached
+        req.computed = req.a + reached
+        req.itl_count += self.steps - req.t_join
+        top = self.largest_gap_after(req.u_join)
+        if top > req.itl_max:
+            req.itl_max = top
+        req.last_token = self.last_end
+        if self.keep_gaps:
+            base = self._gaps_base
+            req.gaps.extend(self._gaps[req.t_join + 1 - base:self.steps - base])
+        bs = self.block_size
+        blocks = -(-(req.a + self.horizon) // bs)
+        req.hold.private = blocks - req.keyed
+        req.hold.blocks = blocks
+        req.in_group = False
+        self._stale += 1
+        self.size -= 1
+        self.offset_sum -= req.a
+        self.residues[req.a % bs] -= 1
+        if not self.size:
+            self._reset()
+
+    def members(self) -> list[Any]:
+        """The members, in running order."""
+        return [req for t, req in self._order if req.in_group and req.t_join == t]
+
+    def settle_all(self) -> list[Any]:
+        """Settle every member; returns them in running order."""
+        members = self.members()
+        self.heap.clear()
+        for req in members:
+            self.settle(req)
+        return members
+
+    def _reset(self) -> None:
+        self._order.clear()
+        self._stale = 0
+        self._joined.clear()
+        self._stack_units.clear()
+        self._stack_max.clear()
+        self._gaps.clear()
+        self._gaps_base = self.steps
+
+    # ---- blocks -----------------------------------------------------------------------------
+
+    def blocks_needed(self, horizon: int) -> int:
+        """Blocks the members need on top of theirs for the horizon to move to `horizon`."""
+        h = self.horizon
+        moved = horizon - h
+        if moved <= 0 or not self.size:
+            return 0
+        bs = self.block_size
+        if moved == 1:
+            return self.residues[-h % bs]
+        full, part = divmod(moved, bs)
+        need = full * self.size
+        residues = self.residues
+        # a member's blocks grow by one for each multiple of bs in [a + h, a + horizon)
+        for j in range(part):
+            need += residues[(-h - j) % bs]
+        return need
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    def remaining(self) -> int:
+        """Tokens until the first member reaches its target."""
+        return self.heap[0][0] - self.tokens
+
+    def context(self, per_decode: int) -> int:
+        """Context the members attend in the next step: computed tokens plus the scheduled ones."""
+        return self.size * (per_decode + self.tokens) + self.offset_sum
+
+    def advance(self, steps: int, first: float, end: float, inner_max: float, inner: Sequence[float],
+                emitted: int) -> list[Any]:
+        """Record a unit of `steps` steps ending at `first` (the first) and `end` (the last), whose
+        gaps after the first step are `inner` (kept only with gaps kept; `inner_max` their largest);
+        each member emitted `emitted` tokens (or fewer, reaching its target). Returns the members who
+        reached their target, settled, in running order."""
+        largest = inner_max
+        joined = self._joined
+        if self.size > len(joined):  # members from the unit before see this first gap
+            gap = first - self.last_end
+            if gap > largest:
+                largest = gap
+        else:
+            gap = 0.0  # nobody reads it
+        units, maxima = self._stack_units, self._stack_max
+        while maxima and maxima[-1] <= largest:
+            maxima.pop()
+            units.pop()
+        units.append(self.units)
+        maxima.append(largest)
+        if self.keep_gaps:
+            self._gaps.append(gap)
+            self._gaps.extend(inner)
+        if joined:
+            for req in joined:
+                own = first - req.last_token
+                if own > req.itl_max:
+                    req.itl_max = own
+                if inner_max > req.itl_max:
+                    req.itl_max = inner_max
+                if req.gaps is not None:
+                    req.gaps.append(own)
+            joined.clear()
+        self.steps += steps
+        self.units += 1
+        tokens = self.tokens = self.tokens + emitted
+        self.last_end = end
+        heap = self.heap
+        if not heap or heap[0][0] > tokens:
+            if len(units) > self._trim_at:
+                self._trim()
+            return []
+        done = []
+        while heap and heap[0][0] <= tokens:
+            done.append(heapq.heappop(heap)[2])
+        if len(done) > 1:
+            done.sort(key=_seq)
+        for req in done:
+            self.settle(req)
+        if len(units) > self._trim_at or self._stale > 2 * self.size + 4 * _TRIM_AT:
+            self._trim()
+        return done
+
+    def largest_gap_after(self, unit: int) -> float:
+        """The largest step gap in the units after `unit` (0.0 if none)."""
+        i = bisect_right(self._stack_units, unit)
+        return self._stack_max[i] if i < len(self._stack_max) else 0.0
+
+    def _trim(self) -> None:
+        """Forget members who left, and stack entries and shared gaps no member can ask for any more."""
+        order = self._order = deque((t, req) for t, req in self._order if req.in_group and req.t_join == t)
+        self._stale = 0
+        if order:
+            oldest = order[0][1]
+            k = bisect_right(self._stack_units, oldest.u_join)
+            if k:
+                del self._stack_units[:k]
+                del self._stack_max[:k]
+            if self.keep_gaps:
+                k = oldest.t_join + 1 - self._gaps_base
+                if k > len(self._gaps) // 2:
+                    del self._gaps[:k]
+                    self._gaps_base += k
+        self._trim_at = max(_TRIM_AT, 2 * len(self._stack_units))
+
+
+def _seq(req: Any) -> int:
+    return req.seq
