@@ -15,7 +15,6 @@ ids after a `hash_keep`, so it never builds the whole id tuples that a `Workload
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
@@ -24,6 +23,7 @@ import numpy as np
 import orjson
 
 from ..errors import InputError
+from ..gcpause import gc_paused
 from ..traces import native
 from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
 from .fit import START
@@ -383,19 +383,6 @@ class _Plan:
                     yield next(built[c])
 
 
-class _NoGC:
-    """Pauses the cyclic garbage collector: millions of fresh lists and tuples (which hold no cycles)
-    would otherwise trigger it over and over (3x slower)."""
-
-    def __enter__(self) -> None:
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc) -> None:
-        if self.was:
-            gc.enable()
-
-
 def _plan(
     model: WorkloadModel,
     *,
@@ -468,7 +455,7 @@ def generate(
 
     `rate` (tasks per second, all classes together) replaces the fitted mean rate, keeping each
     process's burstiness; it is required when a class's arrivals come from the user."""
-    with _NoGC():
+    with gc_paused():
         plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
         final = tuple(plan.tasks(records=False))
     return Workload(final, (plan.provenance,))
@@ -490,7 +477,7 @@ def write_generated(
     if isinstance(out, (str, Path)):
         with open(out, "wb") as fh:
             return write_generated(model, fh, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
-    with _NoGC():
+    with gc_paused():
         plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
         out.write(native.header_line([plan.provenance]))
         dumps, option = orjson.dumps, native.DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE

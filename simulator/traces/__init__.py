@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Iterable, Optional
 
 from ..errors import ErrorPolicy, InputError, OnError
+from ..gcpause import gc_paused
 from ..workload import Provenance, Task, Workload
 
 # Sniffing order: the most specific formats first.
@@ -88,7 +89,8 @@ def load(
         for file in _files(root):
             module = known[format] if format else detect(file)
             policy = ErrorPolicy(on_error)
-            part = module.read(file, policy)
+            with gc_paused():
+                part = module.read(file, policy)
             if policy.total_skipped:
                 part = _with_notes(part, policy.notes())
             by_format.setdefault(module.FORMAT, []).append(part)
