@@ -98,7 +98,7 @@ def main() -> int:
     parser.add_argument("--profile", help="use this profile (preset or YAML) instead of calibrating")
     parser.add_argument("--base-profile", default="tiny-vllm-cpu", help="base profile of the calibration")
     parser.add_argument("--calibrate-repeat", type=int, default=5)
-    parser.add_argument("--statistic", default="min", choices=("min", "median"),
+    parser.add_argument("--statistic", default="median", choices=("min", "median"),
                         help="reduction of the calibration repeats")
     parser.add_argument("--scenario", action="append", help="scenario file(s) (default: scenarios/accuracy/*.yaml)")
     parser.add_argument("--repeat", type=int, default=2, help="real runs per scenario")

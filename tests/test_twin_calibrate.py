@@ -8,7 +8,8 @@ import pytest
 from simulator.sim.calibrate import FIT_TERMS, calibrate, design_sweep, fit, fit_report, measure_on_twin
 from simulator.sim.profile import load_profile
 
-TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8}
+TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
+        "per_prefill_attention": 1.0e-9, "request_overhead": 0.015}
 
 
 def known_profile():
@@ -74,15 +75,15 @@ def test_sweep_of_a_small_context_server_reaches_its_limit_and_fits_the_kv_cache
 
 
 def test_decode_point_measures_end_to_end_latency_of_the_burst():
-    # one request alone: one prefill step, then O - 1 decode steps, each fixed + per_token (one token)
-    # + per_decode_seq + per_context_token * (prompt + tokens so far)
+    # one request alone: the request overhead, one prefill step, then O - 1 decode steps, each fixed +
+    # per_token (one token) + per_decode_seq + per_context_token * (prompt + tokens so far)
     truth = known_profile()
     point = design_sweep(truth)[0].__class__("decode", 1, 64, 32)
     c = TRUE
-    prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64
+    prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
                  for k in range(1, 32))
-    assert measure_on_twin(point, truth) == pytest.approx(prefill + decode, rel=1e-9)
+    assert measure_on_twin(point, truth) == pytest.approx(c["request_overhead"] + prefill + decode, rel=1e-9)
 
 
 def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():
@@ -94,5 +95,5 @@ def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():
     assert (s.max_num_seqs, s.max_num_batched_tokens, s.chunked_prefill, s.max_model_len, s.async_scheduling) == (
         128, 2048, True, 4096, False)
     st = profile.step_time
-    assert st.fixed > 0 and st.per_token > 0
+    assert st.fixed > 0 and st.per_token > 0 and st.request_overhead > 0
     assert st.schedule_fixed == 0 and st.schedule_per_seq == 0  # folded into the fitted terms

@@ -157,3 +157,11 @@ def test_in_flight_reports_group_members_progress_step_by_step():
     counts = [s["r0"] for s in seen if "r0" in s]
     assert counts == sorted(counts) and len(set(counts)) > 3  # progress visible while in the group
     assert all(len(s) == 3 and len(set(s.values())) == 1 for s in seen[2:])
+
+
+def test_group_matches_with_request_overhead():
+    slow, ss, fast, fs = both(agent_workload(4, fork=True), make_profile(step_time={"request_overhead": 0.013}))
+    assert fs.fast_chunks > 0
+    assert_same(slow, ss, fast, fs)
+    # every call's TTFT includes the overhead
+    assert min(c.ttft for c in fast.calls if c.ok) > 0.013

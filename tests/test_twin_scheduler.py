@@ -157,3 +157,45 @@ def test_multi_step_decode_fast_path_gives_identical_results(sections):
     assert fast == slow  # every field, every gap, bit for bit
     if "kv_cache" in sections:
         assert slow_twin.stats.preemptions > 0
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_request_overhead_delays_entry_without_occupying_the_engine(fast):
+    # A at 0 reaches the queue at 0.05; B, sent at 0.12 during A's prefill step, reaches it at 0.17 and
+    # is seen at the first step boundary after that (A's first decode step ends at 0.17501).
+    profile = make_profile(step_time={"request_overhead": 0.05})
+    (a, b), twin = run(profile, [(0.0, 100, 5, ()), (0.12, 10, 2, ())], fast_decode=fast)
+    prefill_a = 0.01 + 0.001 * 100 + 1e-5 * 100
+    first_decode = 0.01 + 0.001 + 0.002 + 1e-5 * 101
+    assert a.submitted == 0.0 and a.ttft == pytest.approx(0.05 + prefill_a, abs=1e-12)
+    boundary = 0.05 + prefill_a + first_decode
+    # the mixed step: A decodes at context 102, B prefills its 10 tokens
+    mixed = 0.01 + 0.001 * 11 + 0.002 + 1e-5 * (102 + 10)
+    assert b.submitted == 0.12 and b.ttft == pytest.approx(boundary + mixed - 0.12, abs=1e-12)
+    # without the overhead everything is 0.05 earlier: B arrives during A's first decode step instead
+    (_, b0), _ = run(make_profile(), [(0.0, 100, 5, ()), (0.12, 10, 2, ())], fast_decode=fast)
+    assert b0.ttft == pytest.approx(prefill_a + first_decode + mixed - 0.12, abs=1e-12)
+    # the overhead is not engine time: busy time is the steps alone
+    assert twin.stats.busy_time < a.end - 0.05 + 1e-12
+
+
+def test_request_overhead_zero_is_the_default_and_changes_nothing():
+    requests = _mixed_requests(3)
+    plain, _ = run(make_profile(), requests, keep_gaps=True)
+    zero, _ = run(make_profile(step_time={"request_overhead": 0.0}), requests, keep_gaps=True)
+    assert make_profile().step_time.request_overhead == 0.0
+    assert zero == plain
+
+
+def test_prefill_attention_counts_each_chunks_query_key_pairs():
+    profile = make_profile(scheduler={"max_num_batched_tokens": 32}, step_time={"per_prefill_attention": 1e-6})
+    (c,), _ = run(profile, [(0.0, 100, 1, ())])
+    # a chunk of n tokens after `before` computed ones: each attends to the context up to itself
+    chunks = [(32, 0), (32, 32), (32, 64), (4, 96)]
+    pairs = [n * before + n * (n + 1) // 2 for n, before in chunks]
+    assert pairs == [528, 1552, 2576, 394]
+    assert c.ttft == pytest.approx(sum(0.01 + 0.001 * n + 1e-5 * (before + n) + 1e-6 * p
+                                       for (n, before), p in zip(chunks, pairs)), abs=1e-12)
+    # decode steps are not prefill: a second token costs no pairs
+    (d,), _ = run(profile, [(0.0, 100, 2, ())])
+    assert d.end - d.first_token == pytest.approx(0.01 + 0.001 + 0.002 + 1e-5 * 101, abs=1e-12)

@@ -12,7 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibrate",
         help="fit a server profile's step-time coefficients by measuring a sweep on a server",
         description="Run a sweep of request bursts (prefill: one request of growing prompt; decode: "
-        "growing batches at short and long context; measured: TTFT and end-to-end latency) against a server, fit the step-time coefficients by "
+        "growing batches at short and long context, single requests at more contexts; measured: TTFT and "
+        "end-to-end latency) against a server, fit the step-time coefficients and the per-request "
+        "overhead outside the engine by "
         "non-negative least squares and write the calibrated profile. The base profile gives the "
         "scheduler and KV settings, which must match how the server was started.",
     )
@@ -145,6 +147,7 @@ def _write_profile(path: str, profile, rms: float) -> None:
 
     data = profile.model_dump(mode="json", exclude_none=True)
     header = (f"# Calibrated by `agentload calibrate` (rms relative error of the fit {rms:.2%}).\n"
-              "# Scheduling overhead is folded into the fixed and per-sequence terms.\n")
+              "# Scheduling overhead is folded into the fixed and per-sequence terms; the API server's\n"
+              "# per-request time (HTTP, tokenisation, streaming) is request_overhead.\n")
     with open(path, "w", encoding="utf-8") as out:
         out.write(header + yaml.safe_dump(data, sort_keys=False))

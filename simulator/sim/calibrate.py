@@ -13,7 +13,8 @@ server with no shared prefix:
 Because the twin's schedule for such a burst does not depend on the coefficients, each measured
 value is linear in them: its feature for a term is what the twin predicts with that coefficient set
 to 1 and all others to 0. The fit is then non-negative least squares (`scipy.optimize.nnls`) on
-relative errors. Scheduling overhead is not separable from outside the server (it adds to the fixed
+relative errors. The per-request overhead outside the engine (`request_overhead`) adds once to every
+value. Scheduling overhead is not separable from outside the server (it adds to the fixed
 and per-sequence terms), so the fitted profile has synchronous scheduling and no overhead terms.
 Speculative decoding is not fitted (calibrate with it off).
 """
@@ -30,8 +31,14 @@ from scipy.optimize import nnls
 from .profile import ServerProfile
 from .twin import Twin
 
-FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token")
-"""The identifiable terms: per prefill token, per decoding sequence (beyond its token), per attended token."""
+FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
+             "request_overhead")
+"""The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
+attended token, per query-key pair of prefill, and per request outside the engine. A single request's
+TTFT is `request_overhead` plus its prefill steps, so the prefill rows' intercept gives the overhead
+and their curvature the prefill attention, and the decode rows (many steps per request) give `fixed`;
+single requests decoding at several contexts separate the attended-context term from the per-sequence
+ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +80,32 @@ class FitResult:
 
 def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = None) -> list[SweepPoint]:
     """A sweep that separates the terms: prompt lengths up to the context limit for prefill; batch
-    sizes up to `max_num_seqs` crossed with short and long contexts for decode, leaving out bursts
-    whose KV blocks exceed the cache."""
+    sizes up to `max_num_seqs` crossed with short and long contexts for decode, plus single requests
+    decoding at several more contexts, leaving out bursts whose KV blocks exceed the cache."""
     s, kv = profile.scheduler, profile.kv_cache
     limit = s.max_model_len
     top = min(s.max_num_seqs, max_concurrency or s.max_num_seqs)
     points = []
-    lengths = {16, 64, 256, 1024, 4096, 16384, 65536}
+    lengths = {16, 64, 256, 512, 1024, 2048, 4096, 16384, 65536}
     if limit <= 65536:
         lengths.add(limit - 1)  # the longest prompt the server takes
+        lengths.add(limit * 3 // 4)  # and one between: the curvature of prefill attention
     for p in sorted(lengths):
         if p + 1 <= limit:
             points.append(SweepPoint("prefill", 1, p, 1))
     batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= top} | {top})
     output = 32
     # a long context near the model's limit separates the attended-context term from per-sequence costs
+    long_context = (limit * 3 // 4) // 64 * 64
     contexts = {64, 1024, 8192}
-    if 8192 + 32 > limit:
-        contexts.add((limit * 3 // 4) // 64 * 64)
-    for context in sorted(contexts):
-        if context + output > limit:
+    if 8192 + output > limit:
+        contexts.add(long_context)
+    # single requests at more contexts: the cleanest rows for the attended-context term
+    singles = {256, 512, 2048, 4096, 16384, limit // 2 // 64 * 64} - contexts
+    for context in sorted(contexts | singles):
+        if context + output > limit or context <= 0:
             continue
-        for b in batches:
+        for b in (batches if context in contexts else [1]):
             # a burst the KV cache cannot hold would measure preemption, not steps
             if b * -(-(context + output) // kv.block_size) <= kv.capacity_blocks:
                 points.append(SweepPoint("decode", b, context, output))

@@ -5,7 +5,8 @@ starts at its arrival (open loop across tasks), `Wait` is a timeout, `Send` subm
 resumes at the response's end, `Fork` starts sub-tasks as their own tasks (`TaskRecord.parent_id` set)
 and resumes when those with ``wait=True`` have finished; a task ends when it and its sub-tasks have.
 It produces the same `CallRecord`/`TaskRecord` the live driver does. Simulation has no client lag:
-every call is sent exactly when intended. Calls longer than the profile's `max_model_len` fail at once
+every call is sent exactly when intended (the server's own per-request time is the profile's
+`request_overhead`, inside the twin). Calls longer than the profile's `max_model_len` fail at once
 with ``http_4xx`` (status 400), as vLLM rejects them.
 """
 

@@ -106,6 +106,9 @@ class StepTimeCoefficients(_Section):
     """Per sequence decoding: per-sequence state (SSM state read/write, sampling)."""
     per_context_token: float = Field(0.0, ge=0)
     """Per token of attended context, summed over the batch: KV reads of attention."""
+    per_prefill_attention: float = Field(0.0, ge=0)
+    """Per query-key pair of a prefill chunk (each prompt token attends to the context up to itself):
+    the attention of prefill, which grows with the square of the prompt where decode's grows linearly."""
     per_spec_token: float = Field(0.0, ge=0)
     """Extra per draft token: drafting it and keeping its verification state."""
     per_draft_pass: float = Field(0.0, ge=0)
@@ -114,6 +117,10 @@ class StepTimeCoefficients(_Section):
     """CPU scheduling and input preparation per step."""
     schedule_per_seq: float = Field(0.0, ge=0)
     """CPU scheduling, input preparation and output processing per scheduled sequence."""
+    request_overhead: float = Field(0.0, ge=0)
+    """Not a step term: seconds a request spends outside the engine (HTTP handling, tokenisation,
+    detokenisation and streaming in the API server), added before it reaches the waiting queue. It
+    delays the request's first token and its end by this much without occupying the engine."""
 
 
 class ServerProfile(_Section):

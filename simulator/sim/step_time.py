@@ -2,6 +2,7 @@
 
     compute  = fixed + per_token * tokens + per_prefill_token * prefill_tokens
              + per_decode_seq * decode_seqs + per_context_token * context_tokens
+             + per_prefill_attention * prefill_pairs
              + per_spec_token * draft_tokens + per_draft_pass * draft_passes
     schedule = schedule_fixed + schedule_per_seq * seqs
     step     = max(compute, schedule)    with asynchronous scheduling (the CPU work overlaps the GPU's)
@@ -9,7 +10,9 @@
 
 `tokens` counts every scheduled token (prefill chunks, one per decoding sequence, plus its k draft
 tokens); `context_tokens` is the attended context summed over the batch (each sequence's context
-length after the step). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
+length after the step); `prefill_pairs` counts the query-key pairs of the prefill chunks (a chunk of n
+tokens after c computed ones: n * c + n * (n + 1) / 2). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
+The profile's `request_overhead` is no step term: the twin delays each request's entry by it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .profile import ServerProfile
 
 TERMS = (
     "fixed", "per_token", "per_prefill_token", "per_decode_seq", "per_context_token",
-    "per_spec_token", "per_draft_pass",
+    "per_spec_token", "per_draft_pass", "per_prefill_attention",
 )
 """The compute terms, in the order of `StepTimeModel.features`."""
 
@@ -36,6 +39,7 @@ class StepTimeModel:
     per_context_token: float
     per_spec_token: float
     per_draft_pass: float
+    per_prefill_attention: float
     schedule_fixed: float
     schedule_per_seq: float
     async_scheduling: bool
@@ -45,13 +49,17 @@ class StepTimeModel:
     def from_profile(cls, profile: ServerProfile) -> StepTimeModel:
         c = profile.step_time
         return cls(c.fixed, c.per_token, c.per_prefill_token, c.per_decode_seq, c.per_context_token,
-                   c.per_spec_token, c.per_draft_pass, c.schedule_fixed, c.schedule_per_seq,
+                   c.per_spec_token, c.per_draft_pass, c.per_prefill_attention, c.schedule_fixed, c.schedule_per_seq,
                    profile.scheduler.async_scheduling, profile.spec_decode.num_tokens)
 
-    def duration(self, prefill_tokens: int, prefill_seqs: int, decode_seqs: int, context_tokens: float) -> float:
+    def duration(self, prefill_tokens: int, prefill_seqs: int, decode_seqs: int, context_tokens: float,
+                 prefill_pairs: float = 0.0) -> float:
         """Seconds for one step with `prefill_tokens` over `prefill_seqs` chunks and `decode_seqs`
-        decoding sequences (each with `num_spec` draft tokens), attending `context_tokens` in all."""
+        decoding sequences (each with `num_spec` draft tokens), attending `context_tokens` in all, its
+        prefill chunks `prefill_pairs` query-key pairs."""
         compute = self.base(prefill_tokens, decode_seqs) + self.per_context_token * context_tokens
+        if self.per_prefill_attention:
+            compute += self.per_prefill_attention * prefill_pairs
         schedule = self.schedule(prefill_seqs + decode_seqs)
         if self.async_scheduling:
             return compute if compute > schedule else schedule
@@ -74,9 +82,10 @@ class StepTimeModel:
         """The CPU's scheduling overhead for a step of `seqs` sequences."""
         return self.schedule_fixed + self.schedule_per_seq * seqs
 
-    def features(self, prefill_tokens: int, decode_seqs: int, context_tokens: float) -> list[float]:
+    def features(self, prefill_tokens: int, decode_seqs: int, context_tokens: float,
+                 prefill_pairs: float = 0.0) -> list[float]:
         """The compute terms' multipliers for one step, in `TERMS` order (for fitting)."""
         k = self.num_spec
         drafts = decode_seqs * k
         return [1.0, float(prefill_tokens + decode_seqs + drafts), float(prefill_tokens), float(decode_seqs),
-                float(context_tokens), float(drafts), float(k if decode_seqs else 0)]
+                float(context_tokens), float(drafts), float(k if decode_seqs else 0), float(prefill_pairs)]

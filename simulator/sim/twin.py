@@ -19,6 +19,8 @@ that rate deterministically, the same count for every sequence in a step (floor(
 step g), so runs are reproducible and a run of decode steps can be advanced at once. Asynchronous
 scheduling is modelled by its effect on step time only (see `step_time`), not by a one-step lag.
 A request sent at the instant another ends (a closed-loop client's next call) is seen by the next step.
+The profile's `request_overhead` (the API server's HTTP, tokenisation and streaming work, beside the
+engine) delays a request's entry into the waiting queue; its TTFT and end count from its submission.
 
 Fast path (`fast_decode`, the default): requests that decode step after step are advanced as one
 group (`simulator.sim.decode_group`): shared token, block and gap counters, a heap of finish points, so
@@ -160,6 +162,7 @@ class Twin:
         self.block_size = kv.block_size
         self.kv = KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
         self.model = StepTimeModel.from_profile(profile)
+        self.request_overhead = profile.step_time.request_overhead
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
         self.waiting: deque[_Request] = deque()
@@ -182,16 +185,9 @@ class Twin:
                tag: Any = None) -> simpy.Event:
         """Queue a request whose prompt's trace blocks of `trace_block` tokens have `hash_ids`; the
         returned event succeeds with its `Completion` when it ends. At least one output token is
-        generated. Raises ValueError beyond `max_model_len`."""
-        target = max(1, output_tokens)
-        if input_tokens + target > self.max_model_len:
-            raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
-        event = self.env.event()
-        hold = Holding(hash_ids, trace_block, input_tokens)
-        self.waiting.append(_Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps))
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
-        return event
+        generated. The request reaches the waiting queue after the profile's `request_overhead`
+        (its `submitted` time is now). Raises ValueError beyond `max_model_len`."""
+        return self._submit(input_tokens, output_tokens, hash_ids, trace_block, tag, False)
 
     def submit_call(self, call: Call, tag: Any = None) -> simpy.Event:
         """`submit` a workload call, its prefix blocks keyed by its hash ids."""
@@ -203,9 +199,30 @@ class Twin:
         It has the `Completion` figures under these names: `submitted`, `first_token`, `last_token`
         (the end), `prompt`, `generated`, `cached_tokens`, `itl_count`, `itl_max`, `preemptions`,
         `gaps` (None unless kept)."""
-        event = self.submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size)
-        self.waiting[-1].raw = True
+        return self._submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size, None, True)
+
+    def _submit(self, input_tokens: int, output_tokens: int, hash_ids: Sequence[int], trace_block: int,
+                tag: Any, raw: bool) -> simpy.Event:
+        target = max(1, output_tokens)
+        if input_tokens + target > self.max_model_len:
+            raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
+        event = self.env.event()
+        hold = Holding(hash_ids, trace_block, input_tokens)
+        req = _Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps)
+        req.raw = raw
+        if self.request_overhead > 0.0:
+            # The API server's share (HTTP, tokenisation, streaming) runs beside the engine: the
+            # request only waits, and the engine's next step boundary after it sees the request.
+            self.env.timeout(self.request_overhead).callbacks.append(lambda _: self._enqueue(req))
+        else:
+            self._enqueue(req)
         return event
+
+    def _enqueue(self, req: _Request) -> None:
+        """Put a request at the end of the waiting queue and wake an idle engine."""
+        self.waiting.append(req)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
 
     def in_flight(self) -> Iterator[tuple[Any, int]]:
         """(tag, output tokens generated so far) of every running request, oldest first, as of the
@@ -384,10 +401,12 @@ class Twin:
         for req in decodes:
             context += req.computed
         prefill_tokens = 0
+        pairs = 0
         for req, n in prefills:
             prefill_tokens += n
             context += req.computed + n
-        return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context)
+            pairs += n * req.computed + n * (n + 1) // 2
+        return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context, pairs)
 
     def _finish_step(self, decodes: list[_Request], prefills: list[tuple[_Request, int]], end: float) -> bool:
         """Apply one step's results at its end time; True when requests finished."""
