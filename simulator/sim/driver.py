@@ -104,6 +104,8 @@ class SimDriver:
         env = self.env
         twin = self.twin
         sink_call = self.sink.call
+        submit = twin.submit_call_raw
+        max_model_len = twin.max_model_len
         behaviour = task_behaviour(task, self.retry)
         send = behaviour.send
         children: list[simpy.Process] = []
@@ -127,8 +129,9 @@ class SimDriver:
                 request = effect.request
                 call = request.call
                 sent = env.now
-                if twin.fits(call.input_tokens, call.output_tokens):
-                    done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                wanted = call.output_tokens
+                if call.input_tokens + (wanted if wanted > 1 else 1) <= max_model_len:  # Twin.fits, inlined
+                    done = yield submit(call)  # the twin's request: see Twin.submit_call_raw
                     end = done.last_token
                     first = done.first_token
                     count = done.itl_count

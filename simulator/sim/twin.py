@@ -203,10 +203,10 @@ class Twin:
 
     def _submit(self, input_tokens: int, output_tokens: int, hash_ids: Sequence[int], trace_block: int,
                 tag: Any, raw: bool) -> simpy.Event:
-        target = max(1, output_tokens)
+        target = output_tokens if output_tokens > 1 else 1
         if input_tokens + target > self.max_model_len:
             raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
-        event = self.env.event()
+        event = simpy.Event(self.env)
         hold = Holding(hash_ids, trace_block, input_tokens)
         req = _Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps)
         req.raw = raw
@@ -495,7 +495,40 @@ class Twin:
         inner_max = 0.0
         grow = n_seqs * last_emit
         room = MAX_CHUNK_STEPS - 1
-        while room:
+        if not spec and not keep:
+            # the common case, the loop below specialised: one token a step, so the token count
+            # bounds the steps up front and only the horizon is checked in the loop
+            limit = remaining - cumulative
+            if limit > room:
+                limit = room
+            done = 0
+            if overlap:
+                while done < limit:
+                    compute = base + per_context * context
+                    before = t
+                    t = t + (compute if compute > schedule else schedule)
+                    gap = t - before
+                    if gap > inner_max:
+                        inner_max = gap
+                    context += grow
+                    done += 1
+                    if t >= horizon:
+                        break
+            else:
+                while done < limit:
+                    compute = base + per_context * context
+                    before = t
+                    t = t + (compute + schedule)
+                    gap = t - before
+                    if gap > inner_max:
+                        inner_max = gap
+                    context += grow
+                    done += 1
+                    if t >= horizon:
+                        break
+            cumulative += done
+            room -= done
+        while room and not (cumulative >= remaining or t >= horizon):
             compute = base + per_context * context
             before = t
             t = t + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
