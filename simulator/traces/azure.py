@@ -13,6 +13,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 from ..errors import ErrorPolicy, InputError
+from .csvfields import check_width, tokens
 from ..workload import Call, Provenance, Task, Workload
 
 FORMAT = "azure"
@@ -61,16 +62,6 @@ class _Clock:
         return stamp.toordinal(), seconds
 
 
-def _tokens(text: str, name: str, line: int, field: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError("expected a whole number of tokens", file=name, line=line, field=field) from None
-    if value < 0:
-        raise InputError("negative token count", file=name, line=line, field=field)
-    return value
-
-
 def read(path: Path, policy: ErrorPolicy) -> Workload:
     """Read an Azure LLM inference CSV: one single-call task per row."""
     name = str(path)
@@ -94,15 +85,13 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
             if not row:
                 continue
             try:
-                if len(row) < width:
-                    raise InputError("row has too few fields", file=name, line=line,
-                                     field=header[len(row)].strip())
+                check_width(row, width, header, name, line)
                 try:
                     stamp = clock.parse(row[i_time])
                 except ValueError:
                     raise InputError("not a timestamp", file=name, line=line, field=TIME) from None
-                n_in = _tokens(row[i_in], name, line, INPUT)
-                n_out = _tokens(row[i_out], name, line, OUTPUT)
+                n_in = tokens(row[i_in], name, line, INPUT)
+                n_out = tokens(row[i_out], name, line, OUTPUT)
                 if origin is None:
                     origin = stamp
                 # rounded to the trace's 100 ns resolution, which float subtraction blurs

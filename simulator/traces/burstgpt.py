@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ErrorPolicy, InputError
+from .csvfields import check_width, tokens
 from ..workload import DEFAULT_CLASS, Call, Provenance, Task, Workload
 
 FORMAT = "burstgpt"
@@ -74,12 +75,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
             if not row:
                 continue
             try:
-                if len(row) < width:
-                    raise InputError("row has too few fields", file=name, line=line,
-                                     field=header[len(row)].strip())
+                check_width(row, width, header, name, line)
                 ts = _number(row[i_time], name, line, label["timestamp"])
-                n_in = _tokens(row[i_in], name, line, label["requesttokens"])
-                n_out = _tokens(row[i_out], name, line, label["responsetokens"])
+                n_in = tokens(row[i_in], name, line, label["requesttokens"])
+                n_out = tokens(row[i_out], name, line, label["responsetokens"])
                 if ts < last:
                     raise InputError("goes backwards: earlier than the row before it",
                                      file=name, line=line, field=label["timestamp"])
@@ -134,20 +133,4 @@ def _number(text: str, name: str, line: int, field: str) -> float:
         value = math.nan
     if not math.isfinite(value):
         raise InputError("expected a number of seconds", file=name, line=line, field=field)
-    return value
-
-
-def _tokens(text: str, name: str, line: int, field: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        try:
-            as_float = float(text)
-        except ValueError:
-            as_float = math.nan
-        if not as_float.is_integer():
-            raise InputError("expected a whole number of tokens", file=name, line=line, field=field) from None
-        value = int(as_float)  # pandas-written files may say "18.0"
-    if value < 0:
-        raise InputError("negative token count", file=name, line=line, field=field)
     return value
