@@ -1,15 +1,16 @@
 """How many streams and tokens per second one client process measures honestly.
 
 The emulator runs in a child process (`agentload serve-emulator`); the client runs here, in one event
-loop. For each level of concurrent streams, every stream sends calls back to back (closed loop, first
-sends spread over 100 ms) for a few seconds, and the script prints:
+loop, through the same driver as `agentload run`. For each level, every stream is one long agent task:
+calls back to back with a short tool gap (``--think``, 5 ms), so every call has a deadline and a busy
+loop shows as client lag. Streams start over ``--ramp`` seconds (not measured: like a scenario's
+warm-up), then the level runs ``--duration`` seconds and stops; the script prints:
 
-- output tokens/s, and the same per client core (client CPU time over wall time),
+- output tokens/s (calls that ended in the measured window), and the same per client core,
 - CPU microseconds per output token of the client and of the emulator (robust on a shared machine,
   where wall-clock figures include waiting for a CPU),
 - how much of the wall time the client and the emulator waited for a CPU (runnable, not running:
   on a shared machine, the share taken by others),
-- achieved streams (the most calls in flight at once),
 - client lag p50 and p99 (actual minus intended send: how late the client itself was),
 - TTFT and ITL error against the emulator's fixed truth, at p50 and p99 (measured minus truth).
 
@@ -35,8 +36,9 @@ import numpy as np
 
 from simulator.behaviour import CallRequest
 from simulator.live.client import Client, Target
+from simulator.live.driver import Driver
 from simulator.live.emulator import emulator_process
-from simulator.workload import Call
+from simulator.workload import Call, Task, Workload
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -58,60 +60,78 @@ def run_queue_seconds(pid: int | str = "self") -> float:
         return float("nan")
 
 
-async def level(url: str, streams: int, duration: float, output_tokens: int, pid: int | None) -> dict:
-    """Run one concurrency level; return its figures."""
+class Sink:
+    """Keeps what the figures need from each finished call of the measured window."""
+
+    def __init__(self, warm_up: float) -> None:
+        self.warm_up = warm_up
+        self.calls = self.failed = self.tokens = 0
+        self.lag: list[float] = []
+        self.ttft: list[float] = []
+        self.itl: list[float] = []
+
+    def call(self, record, gaps=()) -> None:
+        if record.ok and record.end >= self.warm_up:
+            self.tokens += record.output_tokens  # throughput: tokens of the calls that ended in the window
+        if record.error_class == "cancelled" or record.intended_send < self.warm_up:
+            return
+        self.calls += 1
+        self.lag.append(record.client_lag)
+        if not record.ok:
+            self.failed += 1
+            return
+        if record.ttft is not None:
+            self.ttft.append(record.ttft)
+        self.itl.extend(gaps)
+
+    def task(self, record) -> None:
+        pass
+
+
+async def level(url: str, streams: int, args: argparse.Namespace, pid: int | None) -> dict:
+    """Run one concurrency level through the live driver; return its figures."""
     t0 = time.perf_counter()
     async with Client(Target(url, stall_timeout=30), t0) as client:
         warm = [CallRequest(f"w{i}", "bench", 0, Call(input_tokens=64, output_tokens=1)) for i in range(streams)]
         await asyncio.gather(*(client.send(r, 0.0) for r in warm))
-        in_flight = most = 0
-        records, gaps_all = [], []
-        start = time.perf_counter() - t0 + 0.05
-        stop = start + duration
-
-        async def stream(i: int) -> None:
-            nonlocal in_flight, most
-            intended = start + 0.1 * i / streams
-            await asyncio.sleep(intended - (time.perf_counter() - t0))
-            index = 0
-            while intended < stop:
-                call = Call(input_tokens=256, output_tokens=output_tokens, hash_ids=(1, 2, 3, 4), block_size=16)
-                in_flight += 1
-                most = max(most, in_flight)
-                record, gaps = await client.send(CallRequest(f"s{i}", "bench", index, call), intended)
-                in_flight -= 1
-                records.append(record)
-                gaps_all.append(gaps)
-                intended = record.end  # closed loop, no think time
-                index += 1
-
+        # Every stream is one long agent task: calls back to back with a short tool gap, first calls spread
+        # over the ramp; figures count calls meant to start after the ramp, and end when the level does.
+        begin = time.perf_counter() - t0 + 0.05
+        window = args.ramp + args.duration
+        calls = int(window / (args.think + 0.05)) + 1  # more than a stream can finish: the level ends first
+        work = Workload(tuple(
+            Task(f"s{i}", tuple(Call(input_tokens=256, output_tokens=args.output_tokens, gap=args.think,
+                                     hash_ids=(1, 2, 3, 4), block_size=16) for _ in range(calls)),
+                 arrival=begin + args.ramp * i / streams)
+            for i in range(streams)))
+        sink = Sink(warm_up=begin + args.ramp)
+        driver = Driver(client, work, sink, t0=t0)
+        loop = asyncio.get_running_loop()
+        stopper = loop.call_at(loop.time() + begin + window - (time.perf_counter() - t0), driver.stop, "level over")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         emu0 = child_cpu_seconds(pid) if pid else 0.0
         wait0, emu_wait0 = run_queue_seconds(), run_queue_seconds(pid) if pid else 0.0
-        await asyncio.gather(*(stream(i) for i in range(streams)))
+        await driver.run()
+        stopper.cancel()
         cpu1, wall1 = time.process_time(), time.perf_counter()
         emu1 = child_cpu_seconds(pid) if pid else 0.0
         wait1, emu_wait1 = run_queue_seconds(), run_queue_seconds(pid) if pid else 0.0
     wall = wall1 - wall0
-    ok = [r for r in records if r.ok]
-    tokens = sum(r.output_tokens for r in ok)
-    cpu_share = (cpu1 - cpu0) / wall
+    steady = args.duration
     return {
         "streams": streams,
-        "achieved": most,
-        "calls": len(records),
-        "failed": len(records) - len(ok),
-        "tokens_per_s": tokens / wall,
-        "tokens_per_core_s": tokens / max(cpu1 - cpu0, 1e-9),
-        "client_us_per_token": 1e6 * (cpu1 - cpu0) / max(tokens, 1),
-        "emulator_us_per_token": 1e6 * (emu1 - emu0) / max(tokens, 1),
-        "client_cpu": cpu_share,
+        "calls": sink.calls,
+        "failed": sink.failed,
+        "tokens_per_s": sink.tokens / steady,
+        "client_us_per_token": 1e6 * (cpu1 - cpu0) / max(sink.tokens, 1) * steady / wall,
+        "emulator_us_per_token": 1e6 * (emu1 - emu0) / max(sink.tokens, 1) * steady / wall,
+        "client_cpu": (cpu1 - cpu0) / wall,
         "emulator_cpu": (emu1 - emu0) / wall,
         "client_wait": (wait1 - wait0) / wall,
         "emulator_wait": (emu_wait1 - emu_wait0) / wall,
-        "lag": np.array([r.client_lag for r in records]),
-        "ttft": np.array([r.ttft for r in ok if r.ttft is not None]),
-        "itl": np.concatenate([np.asarray(g) for g in gaps_all]) if gaps_all else np.array([]),
+        "lag": np.array(sink.lag),
+        "ttft": np.array(sink.ttft),
+        "itl": np.array(sink.itl),
     }
 
 
@@ -122,8 +142,8 @@ def ms(x: float) -> str:
 def report(fig: dict, ttft: float | None, itl: float | None) -> str:
     lag = np.percentile(fig["lag"], [50, 99]) if fig["lag"].size else (float("nan"),) * 2
     line = (
-        f"{fig['streams']:6d} {fig['achieved']:8d} {fig['calls']:6d} {fig['failed']:4d} "
-        f"{fig['tokens_per_s']:10.0f} {fig['tokens_per_core_s']:11.0f} {fig['client_cpu'] * 100:5.0f}% "
+        f"{fig['streams']:6d} {fig['calls']:6d} {fig['failed']:4d} "
+        f"{fig['tokens_per_s']:10.0f} {fig['tokens_per_s'] / max(fig['client_cpu'], 1e-9):11.0f} {fig['client_cpu'] * 100:5.0f}% "
         f"{fig['emulator_cpu'] * 100:5.0f}% {fig['client_wait'] * 100:4.0f}% {fig['emulator_wait'] * 100:4.0f}% "
         f"{fig['client_us_per_token']:5.1f} {fig['emulator_us_per_token']:5.1f} "
         f"{ms(lag[0])} {ms(lag[1])}"
@@ -136,7 +156,7 @@ def report(fig: dict, ttft: float | None, itl: float | None) -> str:
 
 
 HEADER = (
-    "streams achieved  calls fail   tokens/s tok/core-s client   emul  waitcpu(c,e) us/tok(c,e)  lag50   lag99"
+    "streams  calls fail   tokens/s tok/core-s client   emul  waitcpu(c,e) us/tok(c,e)  lag50   lag99"
     "  ttft50  ttft99   itl50   itl99   (ms; errors = measured - truth)"
 )
 
@@ -153,7 +173,7 @@ async def run_mode(args: argparse.Namespace, ttft: float | None, itl: float | No
         print(f"\nemulator {url} ({title}), {args.output_tokens} output tokens per call, {args.duration:.0f} s per level")
         print(HEADER)
         for streams in args.levels:
-            fig = await level(url, streams, args.duration, args.output_tokens, pid)
+            fig = await level(url, streams, args, pid)
             print(report(fig, ttft, itl), flush=True)
 
 
@@ -170,6 +190,8 @@ if __name__ == "__main__":
     parser.add_argument("--ttft", type=float, default=0.05)
     parser.add_argument("--itl", type=float, default=0.01)
     parser.add_argument("--output-tokens", type=int, default=50)
+    parser.add_argument("--think", type=float, default=0.005, help="tool gap between a stream's calls, s")
+    parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start (not measured)")
     parser.add_argument("--zero", action="store_true", help="also run against a zero-delay emulator")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--pin", action="store_true", help="emulator on the first core, client on the last")

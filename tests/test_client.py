@@ -149,6 +149,15 @@ async def test_stall_before_first_byte():
     assert record.error_class == "stall"
 
 
+async def test_waiting_for_a_pooled_connection_is_not_a_stall():
+    # One connection: the second call waits for it longer than stall_timeout, but its server is never silent.
+    async with run_emulator(ttft=0.0, itl=0.05) as url:
+        async with Client(Target(url, stall_timeout=0.2, max_connections=1), time.perf_counter()) as client:
+            records = await asyncio.gather(*(client.send(req(f"t{i}", out=8), 0.0) for i in range(2)))
+    assert [r.ok for r, _ in records] == [True, True]
+    assert max(r.client_lag for r, _ in records) > 0.2  # the wait shows as client lag instead
+
+
 async def test_api_key_is_sent_and_not_shown():
     async with run_emulator(api_key="sekret") as url:
         target = Target(url, api_key="sekret")

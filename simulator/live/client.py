@@ -11,7 +11,10 @@ later content chunks. Token counts come from the final ``usage`` chunk (asked fo
 ``ok=False``, an ``error_class`` and the server's own message when it gave one.
 
 Calls go over one aiohttp session with one shared connector (keep-alive reuse, at most
-``max_connections``). The stream is read with ``readany``: everything that arrived since the last read
+``max_connections``). Stalls are caught by one watchdog for all calls in flight, not by aiohttp's
+``sock_read`` timeout, which cancels and re-arms a loop timer on every chunk that arrives (a cost per
+token): a call whose server has sent nothing for ``stall_timeout`` since the request went out or since
+its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after. The stream is read with ``readany``: everything that arrived since the last read
 is split into events in bulk, and events that came in one read share its time (they arrived together).
 A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
 content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
@@ -21,6 +24,7 @@ still caught.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from aiohttp.http import RawResponseMessage
 
 from ..behaviour import CallRequest
 from ..metrics.records import CallRecord
+from .eager_writes import eager_body_writes
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
 from .sse import SSEError, SSEParser
 
@@ -127,6 +132,7 @@ class Client:
         """The JSON of a request body before its prompt, by output tokens (the model is fixed once set up)."""
         self._ready = False
         self._opened = 0
+        self._loop_settings = contextlib.ExitStack()
         root = target.root
         self._url = root + ("/v1/chat/completions" if target.api == "chat" else "/v1/completions")
         self._headers = {"Content-Type": "application/json", **target.headers}
@@ -136,11 +142,12 @@ class Client:
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} holds a line break or NUL")
         self._stream_headers = {"Accept": "text/event-stream", **self._headers}
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=target.connect_timeout, sock_read=target.stall_timeout
-        )
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=target.connect_timeout)
+        self._in_flight: set[_Stream] = set()
+        self._watchdog: Optional[asyncio.Task[None]] = None
 
     async def __aenter__(self) -> "Client":
+        self._loop_settings.enter_context(eager_body_writes(asyncio.get_running_loop()))
         connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None)
         tracing = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
         tracing.on_connection_create_end.append(self._on_connection_created)
@@ -153,6 +160,7 @@ class Client:
             skip_auto_headers=("Accept-Encoding",),  # an SSE stream is read as it comes, never compressed
             trace_configs=[tracing],
         )
+        self._watchdog = asyncio.create_task(self._watch_stalls(), name="agentload-stall-watchdog")
         try:
             await self.setup()
         except _CallFailed:
@@ -160,9 +168,23 @@ class Client:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
+        self._loop_settings.close()
+
+    async def _watch_stalls(self) -> None:
+        """Every quarter of ``stall_timeout`` (at most 1 s), end the calls that have heard nothing for that long."""
+        limit = self.target.stall_timeout
+        period = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(period)
+            since = time.perf_counter() - limit
+            for state in [s for s in self._in_flight if s.heard is not None and s.heard < since]:
+                state.stall(limit)
 
     async def _on_connection_created(self, session: Any, ctx: Any, params: Any) -> None:
         self._opened += 1
@@ -240,6 +262,8 @@ class Client:
         assert self._session is not None, "use Client as 'async with'"
         state = _Stream()
         started = time.perf_counter()
+        state.task = asyncio.current_task()
+        self._in_flight.add(state)
         try:
             if not self._ready:
                 await self.setup()
@@ -261,6 +285,16 @@ class Client:
             state.fail(*_classify(exc))
         except OSError as exc:
             state.fail("connect" if state.status is None else "reset", f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            if not state.stalled:
+                raise
+            assert state.task is not None
+            state.task.uncancel()
+            if state.done is None:  # else only reading the rest after 'data: [DONE]' stalled: answered in full
+                state.fail("stall", f"Timeout: nothing from the server for {self.target.stall_timeout:g} s")
+        finally:
+            self._in_flight.discard(state)
+            state.task = None
         ok = state.error_class is None
         end = state.done if state.done is not None and ok else time.perf_counter()
         actual = state.sent if state.sent is not None else started
@@ -336,7 +370,7 @@ async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
     # Fires just before the body's first write (which carries the buffered headers too): the actual send.
     state = ctx.trace_request_ctx
     if state is not None and state.sent is None:
-        state.sent = time.perf_counter()
+        state.sent = state.heard = time.perf_counter()
 
 
 async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
@@ -346,7 +380,7 @@ async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
     feed = state.feed
     while state.done is None:
         data = await readany()
-        now = perf()
+        now = state.heard = perf()
         if not data:
             state.close(now)
             return
@@ -365,7 +399,7 @@ class _Stream:
 
     __slots__ = (
         "sent", "reused", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
-        "gaps", "parser",
+        "gaps", "parser", "heard", "task", "stalled",
     )
 
     def __init__(self) -> None:
@@ -383,6 +417,16 @@ class _Stream:
         self.error_message: Optional[str] = None
         self.gaps: list[float] = []
         self.parser = SSEParser()
+        self.heard: Optional[float] = None
+        """When the request went out or the last bytes came in; None before the send (not watched yet)."""
+        self.task: Optional[asyncio.Task[Any]] = None
+        self.stalled = False
+
+    def stall(self, limit: float) -> None:
+        """The server said nothing for `limit` seconds: interrupt the call's task (it records a stall)."""
+        if not self.stalled and self.task is not None:
+            self.stalled = True
+            self.task.cancel(f"stall: nothing for {limit:g} s")
 
     def feed(self, data: bytes, now: float) -> None:
         """Body bytes read at `now`: split into events; a token's time is when its bytes were read."""
