@@ -1,6 +1,11 @@
 """Fidelity of the workload model: fit on half the shared Claude Code sessions, generate, compare with
 the other half; and arrivals fitted on the Azure code trace, index of dispersion generated vs recorded.
 
+The halves are stratified by session length (see `_split`): sessions sorted by number of calls,
+neighbours paired, one of each pair to each half by the seed. A plain random split lets a few very
+long sessions land in one half and decide the per-call marginals. Beside each row the same comparison
+between the two real halves is printed: the floor that a model fitted on one half can reach.
+
 Run: .venv/bin/python benchmarks/model_fidelity.py [--seed 0] [--tasks 1000]
 Targets (issue): per-call marginals KS <= 0.08 (appended, output tokens, gaps), calls per task KS <= 0.2,
 p99 ratios within 0.7-1.4; Azure index of dispersion at 1/10/60 s within 25 % of recorded.
@@ -26,10 +31,31 @@ TARGETS = {"appended_tokens": 0.08, "output_tokens": 0.08, "gaps_s": 0.08, "call
 
 
 def _split(whole: Workload, seed: int) -> tuple[Workload, Workload]:
-    order = np.random.default_rng(seed).permutation(len(whole.tasks))
-    half = len(order) // 2
+    """Two halves of the sessions, stratified by length (a matched-pair split): the sessions are sorted
+    by number of calls, neighbours are paired, and the seed sends one of each pair to each half. A plain
+    random permutation of 130 sessions now and then puts most of the few 60-80-call sessions in one
+    half, and since those carry a large share of all calls they decide the per-call marginals: the
+    halves then differ by more than any model could be asked to bridge. Pairing keeps both halves with
+    the same mix of long and short sessions and leaves everything else to chance. With an odd count the
+    longest session goes to the fitted half."""
+    rng = np.random.default_rng(seed)
+    order = sorted(range(len(whole.tasks)), key=lambda i: (len(whole.tasks[i].calls), whole.tasks[i].id))
+    fit_idx, held_idx = [], []
+    for j in range(0, len(order) - 1, 2):
+        a, b = order[j], order[j + 1]
+        if rng.random() < 0.5:
+            a, b = b, a
+        fit_idx.append(a)
+        held_idx.append(b)
+    if len(order) % 2:
+        fit_idx.append(order[-1])
     pick = lambda idx: Workload(tuple(whole.tasks[i] for i in sorted(idx)), whole.provenance)
-    return pick(order[:half]), pick(order[half:])
+    return pick(fit_idx), pick(held_idx)
+
+
+def _meets(m, target: float) -> bool:
+    """KS within `target` and the p99 ratio within 0.7-1.4."""
+    return m.ks is not None and m.ks <= target and m.p99_ratio is not None and 0.7 <= m.p99_ratio <= 1.4
 
 
 def _fmt(v) -> str:
@@ -51,10 +77,11 @@ def claude_code(seeds: list[int], tasks: int) -> bool:
               f"| fit half vs held-out half: KS, p99")
         for m in result.marginals:
             target = TARGETS.get(m.name)
-            fine = target is None or (m.ks is not None and m.ks <= target and m.p99_ratio is not None and 0.7 <= m.p99_ratio <= 1.4)
-            ok &= fine
-            mark = "" if target is None else ("yes" if fine else "NO")
             base = floor[m.name]
+            fine = target is None or _meets(m, target)
+            ok &= fine
+            # NO*: the two real halves miss the same target, so no model fitted on one half could meet it.
+            mark = "" if target is None else ("yes" if fine else ("NO*" if not _meets(base, target) else "NO"))
             print(f"{m.name:<18}{_fmt(m.ks):>7}{'-' if target is None else target:>7}{_fmt(m.p50_ratio):>7}"
                   f"{_fmt(m.p90_ratio):>7}{_fmt(m.p99_ratio):>7}  {mark:<4} | {_fmt(base.ks):>6} {_fmt(base.p99_ratio):>6}")
         print()
@@ -90,7 +117,7 @@ def main() -> int:
     b = azure(args.seed)
     print(f"\nClaude Code targets met on every split: {a}; Azure dispersion targets met (selected process): {b}")
     print("The right-hand columns are the floor a model fitted on one half can reach: the two halves of")
-    print("65 sessions differ from each other by that much.")
+    print("65 sessions differ from each other by that much. NO*: the real halves miss that target too.")
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 Prob = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -90,11 +90,11 @@ class LogNormal(_Dist):
     sigma: Positive
 
     def _ppf_positive(self, p):
-        return np.exp(self.mu + self.sigma * stats.norm.ppf(np.clip(p, 1e-12, 1 - 1e-12)))
+        return np.exp(self.mu + self.sigma * special.ndtri(np.clip(p, 1e-12, 1 - 1e-12)))
 
     def _cdf_positive(self, x):
         with np.errstate(divide="ignore"):
-            return stats.norm.cdf((np.log(np.maximum(x, 1e-300)) - self.mu) / self.sigma)
+            return special.ndtr((np.log(np.maximum(x, 1e-300)) - self.mu) / self.sigma)
 
 
 class LogNormalPareto(_Dist):
@@ -108,12 +108,12 @@ class LogNormalPareto(_Dist):
     tail_alpha: Positive
 
     def _body_mass(self) -> float:
-        return max(1e-300, float(stats.norm.cdf((math.log(self.tail_start) - self.mu) / self.sigma)))
+        return max(1e-300, float(special.ndtr((math.log(self.tail_start) - self.mu) / self.sigma)))
 
     def _ppf_positive(self, p):
         p = np.asarray(p, dtype=float)
         body_p = np.clip(p / (1.0 - self.tail_prob), 0.0, 1.0) * self._body_mass()
-        body = np.exp(self.mu + self.sigma * stats.norm.ppf(np.clip(body_p, 1e-12, 1 - 1e-12)))
+        body = np.exp(self.mu + self.sigma * special.ndtri(np.clip(body_p, 1e-12, 1 - 1e-12)))
         tail_u = np.clip((1.0 - p) / self.tail_prob, 1e-12, 1.0)
         tail = self.tail_start * tail_u ** (-1.0 / self.tail_alpha)
         return np.where(p < 1.0 - self.tail_prob, np.minimum(body, self.tail_start), tail)
@@ -122,7 +122,7 @@ class LogNormalPareto(_Dist):
         x = np.asarray(x, dtype=float)
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 1e-300)) - self.mu) / self.sigma
-        body = (1.0 - self.tail_prob) * np.minimum(stats.norm.cdf(z) / self._body_mass(), 1.0)
+        body = (1.0 - self.tail_prob) * np.minimum(special.ndtr(z) / self._body_mass(), 1.0)
         tail = 1.0 - self.tail_prob * (np.maximum(x, self.tail_start) / self.tail_start) ** (-self.tail_alpha)
         return np.where(x < self.tail_start, body, tail)
 

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..workload import Call, Task, Workload, appended_tokens
 from .arrivals import fit_arrivals
 from .dists import Constant, fit_discrete, fit_empirical, fit_positive
-from .schema import Cell, Reuse, StopReasons, Structure, SubAgents, TaskClass, WorkloadModel
+from .schema import Cell, Reuse, StopReasons, StopReuse, Structure, SubAgents, TaskClass, WorkloadModel
 
 POSITION_BUCKETS = [0, 1, 2, 4, 8, 16, 32, 64]
 LENGTH_BUCKETS = [1, 9, 33]
@@ -29,6 +29,10 @@ MIN_CELL = 30
 """Samples a (position, previous stop) cell needs to get its own distributions."""
 MIN_COMPONENT = 20
 """Samples a required component needs to be fitted without a fallback."""
+MIN_PARTIAL = 10
+"""Partial reuses after one stop reason needed for that stop reason's own partial-reuse distributions
+(fewer than `MIN_COMPONENT`: they are rare, and pooling them with other stop reasons' loses what matters,
+that a rewrite after `end_turn` appends a whole new context while one after a tool call drops a block)."""
 START = "start"
 UNKNOWN = "unknown"
 
@@ -59,6 +63,8 @@ class _Rows:
     appended: list[float] = field(default_factory=list)
     output: list[float] = field(default_factory=list)
     gap: list[float] = field(default_factory=list)
+    kept: list[bool] = field(default_factory=list)
+    """Whether the call kept the whole previous prompt (always true for a first call)."""
 
 
 class _Fitter:
@@ -87,6 +93,7 @@ class _Fitter:
         full = 0
         partial_frac: list[float] = []
         partial_app: list[float] = []
+        reuse_by_stop: dict[str, list] = defaultdict(lambda: [0, [], []])  # full count, fractions, appends
         block_size = 0
         context_limit = 1
         sub_tasks: list[Task] = []
@@ -105,11 +112,13 @@ class _Fitter:
                 rows.gap.append(call.gap)
                 app = appended_tokens(call, prev)
                 rows.appended.append(app)
+                rows.kept.append(True)
                 if prev is None:
                     stops_first[label] += 1
                 else:
                     later_calls += 1
                     stops_after[stop_label(prev)][label] += 1
+                    n_full, n_frac = full, len(partial_frac)
                     if call.hash_ids and prev.hash_ids and call.block_size == prev.block_size:
                         block_size = call.block_size
                         shared = 0
@@ -122,11 +131,17 @@ class _Fitter:
                         else:
                             partial_frac.append(shared / len(prev.hash_ids))
                             partial_app.append(app)
+                            rows.kept[-1] = False
                     elif call.input_tokens >= prev.input_tokens:
                         full += 1
                     else:
                         partial_frac.append(call.input_tokens / max(1, prev.input_tokens))
                         partial_app.append(0.0)
+                        rows.kept[-1] = False
+                    by_stop = reuse_by_stop[stop_label(prev)]
+                    by_stop[0] += full - n_full
+                    by_stop[1].extend(partial_frac[n_frac:])
+                    by_stop[2].extend(partial_app[n_frac:])
                 prev = call
             per_call = Counter(s.after_call for s in task.subtasks)
             groups.extend(per_call.values())
@@ -144,15 +159,18 @@ class _Fitter:
         if len(tasks) < MIN_COMPONENT:
             self.too_small(f"{component}.calls_per_task", len(tasks), MIN_COMPONENT, "the observed counts")
         cells = self._cells(rows, component)
-        n_reuse = full + len(partial_frac)
+        reuse = _reuse(full, partial_frac, partial_app)
         if partial_frac:
-            reuse = Reuse(
-                full_prob=round(full / n_reuse, 6),
-                partial_fraction=fit_empirical(np.asarray(partial_frac)) if len(partial_frac) > 1 else Constant(value=partial_frac[0]),
-                partial_appended=fit_empirical(np.asarray(partial_app), integer=True) if len(partial_app) > 1 else Constant(value=partial_app[0], integer=True),
-            )
-        else:
-            reuse = Reuse(full_prob=1.0)
+            rows_by_stop = {}
+            for label, (n_full, fracs, apps) in sorted(reuse_by_stop.items()):
+                if n_full + len(fracs) >= MIN_CELL:
+                    own = _reuse(n_full, fracs, apps) if len(fracs) >= MIN_PARTIAL else None
+                    rows_by_stop[label] = StopReuse(
+                        full_prob=round(n_full / (n_full + len(fracs)), 6),
+                        partial_fraction=own.partial_fraction if own else None,
+                        partial_appended=own.partial_appended if own else None,
+                    )
+            reuse.after_stop = rows_by_stop
         stops = StopReasons(
             first={k: round(v / sum(stops_first.values()), 6) for k, v in sorted(stops_first.items())},
             after={p: {k: round(v / sum(row.values()), 6) for k, v in sorted(row.items())} for p, row in sorted(stops_after.items())},
@@ -184,12 +202,17 @@ class _Fitter:
         length = np.asarray(rows.length)
         prev = np.asarray(rows.prev, dtype=object)
         cols = {k: np.asarray(getattr(rows, k), dtype=float) for k in ("appended", "output", "gap")}
+        kept = np.asarray(rows.kept, dtype=bool)
         cells: list[Cell] = []
 
         def make(mask: np.ndarray, task_length, from_call, after_stop, where: str) -> Cell:
             fits, reports = {}, {}
             for name, col in cols.items():
                 x = col[mask]
+                if name == "appended" and (mask & kept).sum() >= MIN_COMPONENT:
+                    # Calls that dropped part of the previous prompt append `reuse.partial_appended`
+                    # instead; counting them here too would draw their large appends twice as often.
+                    x = col[mask & kept]
                 if len(x) < MIN_COMPONENT:
                     fits[name] = self.positive(f"{component}.{where}.{name}", x.tolist())
                     continue
@@ -223,6 +246,17 @@ class _Fitter:
                 for label in sorted(set(prev[mb].tolist())):
                     maybe(mb & (prev == label), b, label, f"from call {b} after {label}")
         return cells
+
+
+def _reuse(full: int, partial_frac: list[float], partial_app: list[float]) -> Reuse:
+    """Reuse from the count of full reuses and each partial reuse's kept fraction and appended tokens."""
+    if not partial_frac:
+        return Reuse(full_prob=1.0)
+    return Reuse(
+        full_prob=round(full / (full + len(partial_frac)), 6),
+        partial_fraction=fit_empirical(np.asarray(partial_frac)) if len(partial_frac) > 1 else Constant(value=partial_frac[0]),
+        partial_appended=fit_empirical(np.asarray(partial_app), integer=True) if len(partial_app) > 1 else Constant(value=partial_app[0], integer=True),
+    )
 
 
 def fit_model(

@@ -30,6 +30,8 @@ from .fit import START
 from .schema import Cell, Structure, WorkloadModel
 
 SUBAGENT_CLASS = "subagent"
+_DIRECT_WRITE = 1 << 16
+"""Native lines at least this long (bytes) are written on their own rather than joined into a batch."""
 
 
 @dataclass
@@ -95,17 +97,48 @@ def _cell_index(structure: Structure) -> dict[tuple[Optional[int], Optional[int]
 
 
 def _lookup(cells, length: int, bucket: int, prev: str) -> Cell:
-    """The most specific cell: own length class first, then any length; within each, position and
-    previous stop, previous stop alone, position alone, neither."""
-    for ln in (length, None):
-        if prev == START:  # a first call only ever takes a first-call cell
-            keys: tuple = ((ln, 0, START),)
-        else:
-            keys = ((ln, bucket, prev), (ln, None, prev), (ln, bucket, None), (ln, None, None))
-        for key in keys:
-            if key in cells:
-                return cells[key]
+    """The most specific cell. The previous stop reason comes first (it decides whether a gap is tool
+    time or human think time), then the task's own length class before any length, then the position:
+    (length, position, stop), (length, stop), (any length, position, stop), (stop); then the same
+    without the stop reason. A first call only ever takes a first-call cell."""
+    if prev == START:
+        keys: tuple = ((length, 0, START), (None, 0, START))
+    else:
+        keys = ((length, bucket, prev), (length, None, prev), (None, bucket, prev), (None, None, prev),
+                (length, bucket, None), (length, None, None), (None, bucket, None), (None, None, None))
+    for key in keys:
+        if key in cells:
+            return cells[key]
     raise InputError(f"the model has no cell for calls from index {bucket} after {prev!r} (and no catch-all cell)")
+
+
+def _reuse_draws(structure: Structure, prev_code: np.ndarray, labels: list[str], appended: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call: the fraction of the previous prompt's blocks kept by a partial reuse, the tokens it
+    appends, and whether the whole previous prompt is kept; by the previous stop reason where the
+    model has a row for it (`reuse.after_stop`), else pooled."""
+    reuse = structure.reuse
+    total = len(prev_code)
+    full_p = np.full(total, reuse.full_prob)
+    overrides = []
+    for label, row in sorted(reuse.after_stop.items()):
+        if label in labels:
+            rows = np.flatnonzero(prev_code == labels.index(label))
+            full_p[rows] = row.full_prob
+            overrides.append((rows, row))
+    full = rng.random(total) < full_p
+    if reuse.partial_fraction is not None and reuse.partial_appended is not None:
+        frac = np.clip(reuse.partial_fraction.sample(rng, total), 0.0, 1.0)
+        part_app = reuse.partial_appended.sample(rng, total)
+    else:
+        frac = np.zeros(total)
+        part_app = appended.copy()
+    for rows, row in overrides:
+        if row.partial_fraction is not None:
+            frac[rows] = np.clip(row.partial_fraction.sample(rng, len(rows)), 0.0, 1.0)
+        if row.partial_appended is not None:
+            part_app[rows] = row.partial_appended.sample(rng, len(rows))
+    return frac, part_app, full
 
 
 def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0) -> _Drawn:
@@ -137,14 +170,7 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
         output[rows] = cell.output.sample(rng, len(rows))
         gap[rows] = cell.gap.sample(rng, len(rows))
 
-    reuse = structure.reuse
-    full = rng.random(total) < reuse.full_prob
-    if reuse.partial_fraction is not None and reuse.partial_appended is not None:
-        frac = np.clip(reuse.partial_fraction.sample(rng, total), 0.0, 1.0)
-        part_app = reuse.partial_appended.sample(rng, total)
-    else:
-        frac = np.zeros(total)
-        part_app = appended
+    frac, part_app, full = _reuse_draws(structure, prev_code, labels, appended, rng)
     bs = structure.block_size
     growth = np.full(n, np.inf)
     if structure.peak_growth:
@@ -251,31 +277,38 @@ def _calls(drawn: _Drawn, lo: int, hi: int, first: list[int]) -> list[Call]:
     return calls
 
 
-def _call_records(drawn: _Drawn, lo: int, hi: int, first: list[int], pool: np.ndarray) -> list[dict]:
+def _call_records(drawn: _Drawn, lo: int, hi: int, first: np.ndarray, pool: np.ndarray) -> list[dict]:
     """What `native.write` writes for the calls `_calls` builds (a test checks they match), without
     their whole id tuples: each call has only its `hash_keep` and its fresh ids, as a view into
-    `pool` (consecutive ids from `pool[0]` on; orjson writes numpy arrays without Python ints)."""
+    `pool` (consecutive ids from `pool[0]` on; orjson writes numpy arrays without Python ints).
+    `first`: each call's first fresh id. Keys are in `native.write`'s order; the usual later call,
+    which has every key, is built as one literal."""
     bs = drawn.block_size
     keep_key = native.KEEP_KEY
-    pool_start = int(pool[0]) if len(pool) else 0
+    start = first - (int(pool[0]) if len(pool) else 0)
+    fresh = drawn.fresh[lo:hi]
     calls = []
-    for inp, out, gp, stop, k, f, s in zip(
+    append = calls.append
+    for inp, out, gp, stop, k, f, s, e in zip(
         drawn.input[lo:hi], drawn.output[lo:hi], drawn.gap[lo:hi], drawn.stops[lo:hi],
-        drawn.keep[lo:hi], drawn.fresh[lo:hi], first,
+        drawn.keep[lo:hi], fresh, start.tolist(), (start + np.asarray(fresh, dtype=np.int64)).tolist(),
     ):
+        if gp and k and f and bs and stop is not None:
+            append({"input_tokens": inp, "output_tokens": out, "gap": gp, keep_key: k, "hash_ids": pool[s:e],
+                    "block_size": bs, "stop_reason": stop})
+            continue
         rec: dict = {"input_tokens": inp, "output_tokens": out}
         if gp:
             rec["gap"] = gp
         if k:
             rec[keep_key] = k
         if f:
-            s -= pool_start
-            rec["hash_ids"] = pool[s:s + f]
+            rec["hash_ids"] = pool[s:e]
         if bs:
             rec["block_size"] = bs
         if stop is not None:
             rec["stop_reason"] = stop
-        calls.append(rec)
+        append(rec)
     return calls
 
 
@@ -286,8 +319,8 @@ def _materialise(drawn: _Drawn, t0: int, t1: int, ids: list[str], bases: np.ndar
     records = pool is not None
     offsets = drawn.offsets
     lo, hi = int(offsets[t0]), int(offsets[t1])
-    first = (np.repeat(bases, np.diff(offsets[t0:t1 + 1])) + drawn.local[lo:hi]).tolist()
-    calls = _calls(drawn, lo, hi, first) if pool is None else _call_records(drawn, lo, hi, first, pool)
+    first = np.repeat(bases, np.diff(offsets[t0:t1 + 1])) + drawn.local[lo:hi]
+    calls = _calls(drawn, lo, hi, first.tolist()) if pool is None else _call_records(drawn, lo, hi, first, pool)
 
     subs: list[list] = [[]] * (t1 - t0)  # replaced by a list of its own where a task has sub-tasks
     if drawn.sub is not None:
@@ -367,7 +400,9 @@ class _Plan:
             k1 = min(total, k0 + window)
             cls = self.rank_class[k0:k1]
             # The window's tasks and sub-tasks own one run of consecutive fresh ids.
-            pool = np.arange(base[k0], base[k1 - 1] + tree[k1 - 1]) if records else None
+            # Stored as uint32 where the ids fit: orjson writes the same digits twice as fast.
+            end = int(base[k1 - 1] + tree[k1 - 1])
+            pool = np.arange(base[k0], end, dtype=np.uint32 if end <= 2**32 else np.int64) if records else None
             built: list[Iterator[Any]] = []
             for c, drawn in enumerate(self.drawn):
                 ranks = np.flatnonzero(cls == c) + k0
@@ -481,13 +516,21 @@ def write_generated(
         plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
         out.write(native.header_line([plan.provenance]))
         dumps, option = orjson.dumps, native.DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE
+        write = out.write
         batch: list[bytes] = []
         for record in plan.tasks(records=True):
-            batch.append(dumps(record, option=option))  # ids are below 2**63: orjson writes them all
+            line = dumps(record, option=option)  # ids are below 2**63: orjson writes them all
+            if len(line) >= _DIRECT_WRITE:  # a long task: copying it into a batch costs more than a write
+                if batch:
+                    write(b"".join(batch))
+                    batch.clear()
+                write(line)
+                continue
+            batch.append(line)
             if len(batch) >= 4096:
-                out.write(b"".join(batch))
+                write(b"".join(batch))
                 batch.clear()
-        out.write(b"".join(batch))
+        write(b"".join(batch))
     calls = subs = 0
     for d in plan.drawn:
         c, s = _counts(d)

@@ -71,6 +71,15 @@ class Cell(_Strict):
     fit: dict[str, list[FitReport]] = {}
 
 
+class StopReuse(_Strict):
+    """Prefix reuse after one previous stop reason: its own chance of keeping the whole previous
+    prompt, and its own partial-reuse distributions where it had the samples (None: the pooled ones)."""
+
+    full_prob: Prob
+    partial_fraction: Optional[Dist] = None
+    partial_appended: Optional[Dist] = None
+
+
 class Reuse(_Strict):
     """How much of the previous prompt the next one keeps as its prefix (in hash blocks)."""
 
@@ -80,11 +89,18 @@ class Reuse(_Strict):
     """Otherwise, the fraction of the previous prompt's blocks kept (context compaction, edits)."""
     partial_appended: Optional[Dist] = None
     """Tokens appended after a partial reuse."""
+    after_stop: dict[str, StopReuse] = {}
+    """Overrides by the previous call's stop reason (a new user turn after `end_turn` rewrites the
+    prompt about three times as often as a turn after a tool call); other calls use the pooled values."""
 
     @model_validator(mode="after")
     def _check(self) -> "Reuse":
         if self.full_prob < 1.0 and (self.partial_fraction is None or self.partial_appended is None):
             raise ValueError("full_prob < 1 needs partial_fraction and partial_appended")
+        for label, row in self.after_stop.items():
+            if row.full_prob < 1.0 and ((row.partial_fraction or self.partial_fraction) is None
+                                        or (row.partial_appended or self.partial_appended) is None):
+                raise ValueError(f"after_stop.{label}: full_prob < 1 needs partial_fraction and partial_appended")
         return self
 
 
