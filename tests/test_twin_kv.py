@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.sim.kv_cache import Holding, KVCache
 
 
@@ -105,3 +107,52 @@ def test_eviction_trims_a_leaf_by_whole_trace_blocks():
     assert kv.grow(private, 64) and kv.evictions == 4  # the 3 spare blocks serve first
     assert kv.grow(private, 80) and kv.evictions == 8
     assert matched_blocks(kv, (1, 2), 64, 200) == 0 and not kv.lru
+
+
+def _paths(cache):
+    """Every tree node's hash ids from the root, by node."""
+    out = {}
+    stack = [(root, ()) for root in cache.roots.values()]
+    while stack:
+        node, ids = stack.pop()
+        for child in node.children.values():
+            path = ids + child.ids[:child.n]
+            out[child] = path
+            stack.append((child, path))
+    return out
+
+
+def test_runs_sharing_prompt_tuples_stay_exact_through_growth_splits_and_eviction():
+    """Nodes keep a reference to a prompt's id tuple instead of copying their run: after random growth
+    in place, partial matches (splits), sealed continuations and evictions, every held request's path
+    spells its own ids and every lookup finds the longest cached prefix a brute-force search finds."""
+    rng = np.random.default_rng(7)
+    cache = KVCache(num_blocks=120, block_size=16, prefix_caching=True)
+    convs = [tuple(range(1, 5)) + tuple(range(100 * c, 100 * c + 40)) for c in range(6)]
+    held = []
+    for _ in range(400):
+        if held and (len(held) > 4 or rng.random() < 0.4):
+            cache.release(held.pop(int(rng.integers(len(held)))))
+            continue
+        ids = convs[int(rng.integers(len(convs)))][:int(rng.integers(1, 45))]
+        if rng.random() < 0.2:  # diverge inside a run: a partial match
+            ids = ids[:-1] + (10**6 + int(rng.integers(10**6)),)
+        tokens = len(ids) * 16 + int(rng.integers(0, 16))
+        h = Holding(ids, 16, tokens)
+        match = cache.lookup(h, (tokens - 1) // 16)
+        paths = _paths(cache)
+        cap = min(len(h.ids), (((tokens - 1) // 16 + 1) * 16 - 1) // 16)
+        best = 0
+        for path in paths.values():
+            common = 0
+            while common < min(len(path), cap) and path[common] == ids[common]:
+                common += 1
+            best = max(best, common)
+        assert match[1] == best
+        if cache.admit(h, match, tokens):
+            held.append(h)
+        for h in held:
+            if h.node is not None:
+                assert _paths(cache)[h.node] == h.ids[:h.keyed_tb]
+        assert cache.cached >= 0 and cache.fresh >= 0
+    assert cache.evictions > 0

@@ -130,20 +130,22 @@ class SimDriver:
                 call = request.call
                 sent = env.now
                 wanted = call.output_tokens
-                if call.input_tokens + (wanted if wanted > 1 else 1) <= max_model_len:  # Twin.fits, inlined
+                prompt = call.input_tokens
+                if prompt + (wanted if wanted > 1 else 1) <= max_model_len:  # Twin.fits, inlined
                     done = yield submit(call)  # the twin's request: see Twin.submit_call_raw
                     end = done.last_token
                     first = done.first_token
                     count = done.itl_count
                     ttft = first - sent
+                    # positional, in CallRecord's field order (a million keyword calls cost seconds):
+                    # task_id, task_class, call_index, attempt, intended_send, actual_send, end, ok, ttft,
+                    # itl_count, itl_mean, itl_max, input_tokens, output_tokens, requested_output_tokens,
+                    # cached_tokens, status
                     record = CallRecord(
-                        task_id=request.task_id, task_class=request.task_class, call_index=request.call_index,
-                        attempt=request.attempt, intended_send=anchor, actual_send=sent, end=end, ok=True,
-                        ttft=ttft, itl_count=count, itl_mean=(end - first) / count if count else None,
-                        itl_max=done.itl_max if count else None,
-                        input_tokens=call.input_tokens, output_tokens=done.generated,
-                        requested_output_tokens=call.output_tokens, cached_tokens=done.cached_tokens or 0,
-                        status=200,
+                        request.task_id, request.task_class, request.call_index, request.attempt, anchor, sent,
+                        end, True, ttft, count, (end - first) / count if count else None,
+                        done.itl_max if count else None, prompt, done.generated, wanted,
+                        done.cached_tokens or 0, 200,
                     )
                     sink_call(record, done.gaps if done.gaps is not None else [])
                     time_in_calls += end - sent
@@ -156,10 +158,12 @@ class SimDriver:
                     anchor = sent
                 value = record
             elif kind is Wait:
-                anchor += effect.seconds
-                time_in_gaps += effect.seconds
-                if anchor > env.now:
-                    yield env.timeout(exact_delay(env.now, anchor))
+                seconds = effect.seconds
+                anchor += seconds
+                time_in_gaps += seconds
+                now = env.now
+                if anchor > now:
+                    yield env.timeout(exact_delay(now, anchor))
             elif kind is Fork:
                 waited = []
                 for sub in effect.subtasks:

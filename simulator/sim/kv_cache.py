@@ -23,14 +23,15 @@ from typing import Optional, Sequence
 
 
 class _Node:
-    __slots__ = ("parent", "ids", "n", "start", "ref", "children", "tb", "size")
+    __slots__ = ("parent", "src", "n", "start", "ref", "children", "tb", "size")
 
-    def __init__(self, parent: Optional[_Node], ids: tuple, start: int, tb: int) -> None:
+    def __init__(self, parent: Optional[_Node], src: tuple, start: int, n: int, tb: int) -> None:
         self.parent = parent
-        self.ids = ids
-        """The trace blocks of this run (hash ids): the first `n` of them (eviction shortens a run
-        without copying it)."""
-        self.n = len(ids)
+        self.src = src
+        """The hash ids of a prompt that holds this run: the run is ``src[start:start + n]``. Runs
+        share their prompts' tuples rather than copy them, so growing, splitting or shortening a
+        run (eviction) copies no ids."""
+        self.n = n
         self.start = start
         """Position of its first trace block in the prompt."""
         self.ref = 0
@@ -43,6 +44,11 @@ class _Node:
     @property
     def end(self) -> int:
         return self.start + self.n
+
+    @property
+    def ids(self) -> tuple:
+        """The trace blocks of this run (hash ids)."""
+        return self.src[self.start:self.start + self.n]
 
 
 class Holding:
@@ -116,8 +122,11 @@ class KVCache:
             child = node.children.get(ids[pos])
             if child is None:
                 break
-            n = min(child.n, cap - pos)
-            if ids[pos:pos + n] == child.ids[:n]:
+            n = child.n  # the child starts at pos
+            if n > cap - pos:
+                n = cap - pos
+            src = child.src
+            if src is ids or ids[pos:pos + n] == src[pos:pos + n]:
                 if n < child.n:
                     return child, pos + n
                 node, pos = child, pos + n
@@ -125,7 +134,7 @@ class KVCache:
             lo, hi = 1, n  # ids[pos:pos+lo] matches, ids[pos:pos+hi] does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if ids[pos:pos + mid] == child.ids[:mid]:
+                if ids[pos:pos + mid] == src[pos:pos + mid]:
                     lo = mid
                 else:
                     hi = mid
@@ -152,9 +161,9 @@ class KVCache:
             while walk.parent is not None and walk.ref == 0:  # held nodes have held ancestors
                 revived += walk.size
                 walk = walk.parent
-        if max(0, total - matched) > self.fresh + self.evictable - revived:
+        if total - matched > self.num_blocks - self.cached - self.private + self.evictable - revived:
             return False
-        if node.end > pos:
+        if node.start + node.n > pos:
             node = self._split(node, pos - node.start)
         walk = node
         while walk.parent is not None:
@@ -181,15 +190,17 @@ class KVCache:
         if need > fresh:
             self._evict(need - fresh)
         keyed_tb = h.keyed_tb
-        if keyed_tb == len(h.ids) or h.sealed or not self.prefix_caching:  # only private blocks to add
+        usable = len(h.ids)
+        if keyed_tb == usable or h.sealed or not self.prefix_caching:  # only private blocks to add
             self.private += need
             h.private += need
             h.blocks = total
             return True
-        if self.prefix_caching and h.ids and not h.sealed:
-            target = min(len(h.ids), tokens // h.tb)
-            if target > keyed_tb:
-                keyed_tb = self._extend(h, target)
+        target = tokens // h.tb  # h.ids is not empty here, so h.tb > 0
+        if target > usable:
+            target = usable
+        if target > keyed_tb:
+            keyed_tb = self._extend(h, target)
         keyed = keyed_tb * h.tb // self.block_size
         self.cached += keyed - h.keyed_tb * h.tb // self.block_size
         h.keyed_tb = keyed_tb
@@ -233,39 +244,39 @@ class KVCache:
         """Add the request's trace blocks up to `target` to the tree; returns how far it got. A leaf
         only this request holds grows in place, so a conversation stays one node turn after turn."""
         node = h.node
-        new = h.ids[h.keyed_tb:target]
         if node is not None and node.ref == 1 and not node.children:
-            node.ids = node.ids[:node.n] + new
-            node.n = len(node.ids)
-            node.size = node.end * node.tb // self.block_size - node.start * node.tb // self.block_size
+            # it ends where the request's keyed blocks do, and its run agrees with the request's ids
+            node.src = h.ids
+            node.n = target - node.start
+            node.size = target * node.tb // self.block_size - node.start * node.tb // self.block_size
             return target
         parent = h.node
         if parent is None:
             parent = self.roots.get(h.tb)
             if parent is None:
-                parent = self.roots[h.tb] = _Node(None, (), 0, h.tb)
-        if new[0] in parent.children:  # someone cached this continuation first: the rest stays private
+                parent = self.roots[h.tb] = _Node(None, (), 0, 0, h.tb)
+        first = h.ids[h.keyed_tb]
+        if first in parent.children:  # someone cached this continuation first: the rest stays private
             h.sealed = True
             return h.keyed_tb
-        child = _Node(parent, new, h.keyed_tb, h.tb)
+        child = _Node(parent, h.ids, h.keyed_tb, target - h.keyed_tb, h.tb)
         child.ref = 1
         child.size = target * h.tb // self.block_size - h.keyed_tb * h.tb // self.block_size
-        parent.children[new[0]] = child
+        parent.children[first] = child
         h.node = child
         return target
 
     def _split(self, node: _Node, k: int) -> _Node:
         """Cut `node` after its first k trace blocks; returns the new head (the tail keeps its place
         in the LRU queue)."""
-        head = _Node(node.parent, node.ids[:k], node.start, node.tb)
+        head = _Node(node.parent, node.src, node.start, k, node.tb)
         head.ref = node.ref
-        node.parent.children[node.ids[0]] = head  # type: ignore[union-attr]
-        node.ids = node.ids[k:node.n]
-        node.n = len(node.ids)
+        node.parent.children[node.src[node.start]] = head  # type: ignore[union-attr]
+        node.n -= k
         node.start += k
         node.parent = head
-        head.children[node.ids[0]] = node
-        head.size = head.end * head.tb // self.block_size - head.start * head.tb // self.block_size
+        head.children[node.src[node.start]] = node
+        head.size = (head.start + k) * head.tb // self.block_size - head.start * head.tb // self.block_size
         node.size -= head.size
         if node.ref == 0:  # unreferenced like the tail; the caller's hold walk takes it out
             self.lru[head] = None
@@ -283,18 +294,18 @@ class KVCache:
             size = node.size
             if size <= blocks:
                 del lru[node]
-                del node.parent.children[node.ids[0]]  # type: ignore[union-attr]
+                del node.parent.children[node.src[node.start]]  # type: ignore[union-attr]
                 freed = size
             else:
                 # the most trace blocks whose KV blocks stay within size - blocks (fewer than all)
                 keep = ((start_kv + size - blocks + 1) * self.block_size - 1) // node.tb - node.start
                 if keep > 0:
                     node.n = keep
-                    node.size = node.end * node.tb // self.block_size - start_kv
+                    node.size = (node.start + keep) * node.tb // self.block_size - start_kv
                     freed = size - node.size
                 else:
                     del lru[node]
-                    del node.parent.children[node.ids[0]]  # type: ignore[union-attr]
+                    del node.parent.children[node.src[node.start]]  # type: ignore[union-attr]
                     freed = size
             self.cached -= freed
             self.evictable -= freed

@@ -1,6 +1,7 @@
 """The server twin: a SimPy model of a continuous-batching server as vLLM's V1 scheduler runs it.
 
-One SimPy process steps the engine; requests are events it resolves. Each step:
+The engine runs as callbacks on its own SimPy events (a process, without the cost of resuming one),
+in the order a process stepping it would; requests are events it resolves. Each step:
 
 1. Running requests, oldest first, take their tokens from the step's budget (`max_num_batched_tokens`):
    a decoding request 1 + k tokens (k draft tokens with speculative decoding), a request still in
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import simpy
+from simpy.events import URGENT
 
 from ..workload import Call
 from .decode_group import DecodeGroup
@@ -177,7 +179,9 @@ class Twin:
         self._decode_terms: dict[int, tuple[float, float]] = {}
         """Step-time terms of a pure-decode step by batch size (base compute, scheduling)."""
         self._wake: Optional[simpy.Event] = None
-        self.process = env.process(self._run())
+        self._pending: Any = None
+        """The step in progress: (decodes, prefills, chunk or None, start, end)."""
+        _Start(env, self._step)
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -245,35 +249,46 @@ class Twin:
 
     # ---- the engine -----------------------------------------------------------------------------
 
-    def _run(self):
-        env = self.env
+    def _step(self, _event: Any = None) -> None:
+        """Plan the next step and schedule its end, or wait idle for a request."""
         group = self.group
-        while True:
-            if not self.running and not self.waiting and not group.size:
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                self.clock = env.now
-            decodes, prefills, preempted = self._schedule()
-            if not decodes and not prefills and not group.size:
-                raise RuntimeError("twin: requests wait but none can be scheduled (KV cache too small?)")
-            start = self.clock
-            chunk = None
-            if group.size and not prefills and not decodes and not preempted and not self.running \
-                    and env.peek() > env.now:
-                chunk = self._decode_chunk()
-            if chunk is None:
-                end = start + self._duration(decodes, prefills)
-                yield env.timeout(exact_delay(env.now, end))
-                finished = self._finish_step(decodes, prefills, end)
-            else:
-                yield env.timeout(exact_delay(env.now, chunk.end))
-                finished = self._finish_chunk(chunk)
-            self.stats.busy_time += self.clock - start
-            if finished:
-                # Let the clients of finished requests react (send their next call) before the next
-                # step is planned, as a server sees a request sent the instant the previous one ended.
-                yield env.timeout(0)
+        if not self.running and not self.waiting and not group.size:
+            wake = self._wake = simpy.Event(self.env)
+            wake.callbacks.append(self._woken)
+            return
+        decodes, prefills, preempted = self._schedule()
+        if not decodes and not prefills and not group.size:
+            raise RuntimeError("twin: requests wait but none can be scheduled (KV cache too small?)")
+        env = self.env
+        start = self.clock
+        chunk = None
+        if group.size and not prefills and not decodes and not preempted and not self.running \
+                and env.peek() > env._now:
+            chunk = self._decode_chunk()
+        end = start + self._duration(decodes, prefills) if chunk is None else chunk.end
+        self._pending = (decodes, prefills, chunk, start, end)
+        env.timeout(exact_delay(env._now, end)).callbacks.append(self._step_done)
+
+    def _woken(self, _event: Any) -> None:
+        self._wake = None
+        self.clock = self.env._now
+        self._step()
+
+    def _step_done(self, _event: Any) -> None:
+        """Apply the step in progress at its end, then plan the next one."""
+        decodes, prefills, chunk, start, end = self._pending
+        self._pending = None
+        if chunk is None:
+            finished = self._finish_step(decodes, prefills, end)
+        else:
+            finished = self._finish_chunk(chunk)
+        self.stats.busy_time += self.clock - start
+        if finished:
+            # Let the clients of finished requests react (send their next call) before the next
+            # step is planned, as a server sees a request sent the instant another ended.
+            self.env.timeout(0).callbacks.append(self._step)
+        else:
+            self._step()
 
     def _schedule(self) -> tuple[list[_Request], list[tuple[_Request, int]], bool]:
         """Pick this step's work: (decoding requests outside the group, (request, chunk) prefills,
@@ -411,7 +426,7 @@ class Twin:
     def _finish_step(self, decodes: list[_Request], prefills: list[tuple[_Request, int]], end: float) -> bool:
         """Apply one step's results at its end time; True when requests finished."""
         self.clock = end
-        emit = self.emitted(self._step_index)
+        emit = self.emitted(self._step_index) if self.k else 1
         self._step_index += 1
         self.stats.steps += 1
         done = self.group.advance(1, end, end, 0.0, (), emit) if self.group.size else []
@@ -595,6 +610,19 @@ class Twin:
                 gaps=req.gaps if req.gaps is not None else [],
                 tag=req.tag,
             ))
+
+
+class _Start(simpy.Event):
+    """An event already triggered that is processed before the others of its instant, as SimPy starts a
+    process: the engine begins stepping exactly where a process of its own would."""
+
+    def __init__(self, env: simpy.Environment, callback: Any) -> None:
+        # Event.__init__ inlined as SimPy's own Initialize does, to trigger it as urgent
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        env.schedule(self, URGENT)
 
 
 def exact_delay(now: float, t: float) -> float:
