@@ -701,7 +701,10 @@ class Emulator:
             tail = b"data: [DONE]\n\n"
             if include_usage:
                 tail = f'data: {writer.head},"choices":[],"usage":{json.dumps(usage)}}}\n\n'.encode() + tail
-            await response.write_eof(tail)  # the last chunks and the end of the response in one write
+            try:
+                await response.write_eof(tail)  # the last chunks and the end of the response in one write
+            except ConnectionError:
+                pass  # the client went away after the last token: nothing left to tell it
             return response
         finally:
             self.active_streams -= 1
