@@ -44,7 +44,11 @@ class _Dist(BaseModel):
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """`n` draws as float64 (rounded when `integer`)."""
-        u = rng.random(n)
+        return self.quantile(rng.random(n))
+
+    def quantile(self, u: np.ndarray) -> np.ndarray:
+        """The draws that uniform numbers `u` in [0, 1) map to (what `sample` returns for them)."""
+        u = np.asarray(u, dtype=float)
         x = self._ppf_positive(np.clip((u - self.zero_prob) / max(1e-300, 1.0 - self.zero_prob), 0.0, 1.0))
         if self.zero_prob > 0.0:
             x = np.where(u < self.zero_prob, 0.0, x)

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..workload import Call, Task, Workload, appended_tokens
 from .arrivals import fit_arrivals
 from .dists import Constant, fit_discrete, fit_empirical, fit_positive
-from .schema import Cell, Reuse, StopReasons, StopReuse, Structure, SubAgents, TaskClass, WorkloadModel
+from .schema import Cell, Reuse, RewritePairs, StopReasons, StopReuse, Structure, SubAgents, TaskClass, TaskStarts, WorkloadModel
 
 POSITION_BUCKETS = [0, 1, 2, 4, 8, 16, 32, 64]
 LENGTH_BUCKETS = [1, 9, 33]
@@ -149,13 +149,7 @@ class _Fitter:
                 sub_tasks.append(s.task)
                 waits.append(s.wait)
         ncalls = [len(t.calls) for t in tasks]
-        growth: dict[int, list[float]] = defaultdict(list)
-        for t in tasks:
-            if t.calls:
-                ratio = max(c.input_tokens for c in t.calls) / max(1, t.calls[0].input_tokens)
-                growth[0].append(ratio)
-                growth[bucket_of(len(t.calls), LENGTH_BUCKETS)].append(ratio)
-        budget = {k: fit_empirical(np.asarray(v)) for k, v in sorted(growth.items()) if len(v) >= MIN_COMPONENT}
+        starts = _starts(tasks)
         if len(tasks) < MIN_COMPONENT:
             self.too_small(f"{component}.calls_per_task", len(tasks), MIN_COMPONENT, "the observed counts")
         cells = self._cells(rows, component)
@@ -169,6 +163,7 @@ class _Fitter:
                         full_prob=round(n_full / (n_full + len(fracs)), 6),
                         partial_fraction=own.partial_fraction if own else None,
                         partial_appended=own.partial_appended if own else None,
+                        partial_pairs=own.partial_pairs if own else None,
                     )
             reuse.after_stop = rows_by_stop
         stops = StopReasons(
@@ -193,7 +188,7 @@ class _Fitter:
             reuse=reuse,
             block_size=block_size or 64,
             context_limit=context_limit,
-            peak_growth=budget,
+            starts=starts,
             subagents=subagents,
         )
 
@@ -248,6 +243,14 @@ class _Fitter:
         return cells
 
 
+def _starts(tasks: list[Task]) -> Optional[TaskStarts]:
+    """Each task's number of calls and first prompt, sorted by calls (None without tasks with calls)."""
+    rows = sorted((len(t.calls), max(1, t.calls[0].input_tokens)) for t in tasks if t.calls)
+    if not rows:
+        return None
+    return TaskStarts(calls=[n for n, _ in rows], first_input=[f for _, f in rows])
+
+
 def _reuse(full: int, partial_frac: list[float], partial_app: list[float]) -> Reuse:
     """Reuse from the count of full reuses and each partial reuse's kept fraction and appended tokens."""
     if not partial_frac:
@@ -256,6 +259,9 @@ def _reuse(full: int, partial_frac: list[float], partial_app: list[float]) -> Re
         full_prob=round(full / (full + len(partial_frac)), 6),
         partial_fraction=fit_empirical(np.asarray(partial_frac)) if len(partial_frac) > 1 else Constant(value=partial_frac[0]),
         partial_appended=fit_empirical(np.asarray(partial_app), integer=True) if len(partial_app) > 1 else Constant(value=partial_app[0], integer=True),
+        # The pairs are what generation draws: how much a rewrite keeps and how much it appends go together.
+        partial_pairs=RewritePairs(kept=[round(min(max(f, 0.0), 1.0), 6) for f in partial_frac],
+                                   appended=[int(round(a)) for a in partial_app]),
     )
 
 

@@ -116,7 +116,9 @@ def _reuse_draws(structure: Structure, prev_code: np.ndarray, labels: list[str],
                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call: the fraction of the previous prompt's blocks kept by a partial reuse, the tokens it
     appends, and whether the whole previous prompt is kept; by the previous stop reason where the
-    model has a row for it (`reuse.after_stop`), else pooled."""
+    model has a row for it (`reuse.after_stop`), else pooled. The kept fraction and the appended
+    tokens are drawn as one recorded pair where the model has `partial_pairs`, else each from its own
+    distribution."""
     reuse = structure.reuse
     total = len(prev_code)
     full_p = np.full(total, reuse.full_prob)
@@ -127,18 +129,26 @@ def _reuse_draws(structure: Structure, prev_code: np.ndarray, labels: list[str],
             full_p[rows] = row.full_prob
             overrides.append((rows, row))
     full = rng.random(total) < full_p
-    if reuse.partial_fraction is not None and reuse.partial_appended is not None:
-        frac = np.clip(reuse.partial_fraction.sample(rng, total), 0.0, 1.0)
-        part_app = reuse.partial_appended.sample(rng, total)
-    else:
-        frac = np.zeros(total)
-        part_app = appended.copy()
+    frac = np.zeros(total)
+    part_app = appended.copy()
+    _partial_into(reuse, np.arange(total), frac, part_app, rng)
     for rows, row in overrides:
-        if row.partial_fraction is not None:
-            frac[rows] = np.clip(row.partial_fraction.sample(rng, len(rows)), 0.0, 1.0)
-        if row.partial_appended is not None:
-            part_app[rows] = row.partial_appended.sample(rng, len(rows))
+        _partial_into(row, rows, frac, part_app, rng)
     return frac, part_app, full
+
+
+def _partial_into(source, rows: np.ndarray, frac: np.ndarray, part_app: np.ndarray, rng: np.random.Generator) -> None:
+    """Write `source`'s partial-reuse draws (a `Reuse` or a `StopReuse`) for `rows` into `frac` and
+    `part_app`: jointly, through its recorded pairs, when it has them; else from whichever of its two
+    distributions it has (what it lacks stays as drawn for the pooled rows)."""
+    if source.partial_pairs is not None:
+        kept, app = source.partial_pairs.sample(rng, len(rows), source.partial_fraction, source.partial_appended)
+        frac[rows], part_app[rows] = np.clip(kept, 0.0, 1.0), app
+        return
+    if source.partial_fraction is not None:
+        frac[rows] = np.clip(source.partial_fraction.sample(rng, len(rows)), 0.0, 1.0)
+    if source.partial_appended is not None:
+        part_app[rows] = source.partial_appended.sample(rng, len(rows))
 
 
 def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0) -> _Drawn:
@@ -173,6 +183,8 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
     frac, part_app, full = _reuse_draws(structure, prev_code, labels, appended, rng)
     bs = structure.block_size
     growth = np.full(n, np.inf)
+    if structure.starts is not None:
+        appended[offsets[:-1]] = structure.starts.sample(rng, ncalls)
     if structure.peak_growth:
         task_length = lbuckets[np.searchsorted(lbuckets, ncalls, side="right") - 1]
         for ln in np.unique(task_length).tolist():

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
+import numpy as np
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -71,6 +72,74 @@ class Cell(_Strict):
     fit: dict[str, list[FitReport]] = {}
 
 
+class RewritePairs(_Strict):
+    """The recorded partial reuses as pairs: the i-th rewrite kept `kept[i]` of the previous prompt's
+    blocks and appended `appended[i]` tokens. The two are strongly related (a compaction keeps little
+    and appends a whole new context, a trim keeps all but a block and appends a little: Spearman
+    -0.59 in the Weka set); drawn apart, big appends land on whole prefixes and inflate the prompt tail.
+    A draw picks one pair; given the two marginals, each value is then drawn from its marginal within
+    that pair's rank (an empirical copula: the pairs say how the two go together, the marginals give
+    the values, smoothly, and stay editable), else it is the recorded value itself."""
+
+    kept: Annotated[list[Annotated[float, Field(ge=0.0, le=1.0)]], Field(min_length=1)]
+    appended: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _check(self) -> "RewritePairs":
+        if len(self.kept) != len(self.appended):
+            raise ValueError(f"kept has {len(self.kept)} values but appended has {len(self.appended)}")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int, kept: Optional[Dist] = None,
+               appended: Optional[Dist] = None) -> tuple[np.ndarray, np.ndarray]:
+        """`n` (kept fraction, appended tokens) draws, each from a pair drawn with replacement; through
+        the marginals `kept` and `appended` where given (see the class)."""
+        m = len(self.kept)
+        idx = rng.integers(0, m, n)
+        out = []
+        for values, dist in ((self.kept, kept), (self.appended, appended)):
+            values = np.asarray(values, dtype=float)
+            if dist is None:
+                out.append(values[idx])
+                continue
+            rank = np.empty(m)
+            rank[np.argsort(values, kind="stable")] = np.arange(m)
+            out.append(dist.quantile((rank[idx] + rng.random(n)) / m))
+        return out[0], out[1]
+
+
+class TaskStarts(_Strict):
+    """The recorded tasks' first prompts with their numbers of calls (sorted by calls). A generated
+    task of n calls takes the first prompt of one of the `neighbours` recorded tasks closest to n
+    calls (with all those at the same distance as the `neighbours`-th closest): long sessions start
+    small (Spearman -0.42 between calls per task and first prompt in the Weka set), and since they
+    carry most of the calls, a first prompt drawn apart from the length makes later prompts far too
+    large; a first-call cell per length class rarely has the samples to carry it."""
+
+    calls: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)]
+    first_input: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)]
+    neighbours: Annotated[int, Field(ge=1)] = 5
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskStarts":
+        if len(self.calls) != len(self.first_input):
+            raise ValueError(f"calls has {len(self.calls)} values but first_input has {len(self.first_input)}")
+        return self
+
+    def sample(self, rng: np.random.Generator, ncalls: np.ndarray) -> np.ndarray:
+        """A first prompt (tokens) per task of `ncalls[i]` calls, from a recorded task near that length."""
+        calls = np.asarray(self.calls)
+        first = np.asarray(self.first_input, dtype=float)
+        out = np.zeros(len(ncalls))
+        k = min(self.neighbours, len(calls))
+        for n in np.unique(ncalls).tolist():
+            rows = np.flatnonzero(ncalls == n)
+            dist = np.abs(calls - n)
+            near = np.flatnonzero(dist <= np.partition(dist, k - 1)[k - 1])
+            out[rows] = first[near[rng.integers(0, len(near), len(rows))]]
+        return out
+
+
 class StopReuse(_Strict):
     """Prefix reuse after one previous stop reason: its own chance of keeping the whole previous
     prompt, and its own partial-reuse distributions where it had the samples (None: the pooled ones)."""
@@ -78,6 +147,7 @@ class StopReuse(_Strict):
     full_prob: Prob
     partial_fraction: Optional[Dist] = None
     partial_appended: Optional[Dist] = None
+    partial_pairs: Optional[RewritePairs] = None
 
 
 class Reuse(_Strict):
@@ -89,18 +159,24 @@ class Reuse(_Strict):
     """Otherwise, the fraction of the previous prompt's blocks kept (context compaction, edits)."""
     partial_appended: Optional[Dist] = None
     """Tokens appended after a partial reuse."""
+    partial_pairs: Optional[RewritePairs] = None
+    """The recorded (kept fraction, appended tokens) pairs; when present, a partial reuse draws one
+    pair instead of the two marginals above (which then only describe it: delete this to use them)."""
     after_stop: dict[str, StopReuse] = {}
     """Overrides by the previous call's stop reason (a new user turn after `end_turn` rewrites the
     prompt about three times as often as a turn after a tool call); other calls use the pooled values."""
 
     @model_validator(mode="after")
     def _check(self) -> "Reuse":
-        if self.full_prob < 1.0 and (self.partial_fraction is None or self.partial_appended is None):
-            raise ValueError("full_prob < 1 needs partial_fraction and partial_appended")
+        pooled = self.partial_pairs is not None or (self.partial_fraction is not None and self.partial_appended is not None)
+        if self.full_prob < 1.0 and not pooled:
+            raise ValueError("full_prob < 1 needs partial_pairs, or partial_fraction and partial_appended")
         for label, row in self.after_stop.items():
-            if row.full_prob < 1.0 and ((row.partial_fraction or self.partial_fraction) is None
-                                        or (row.partial_appended or self.partial_appended) is None):
-                raise ValueError(f"after_stop.{label}: full_prob < 1 needs partial_fraction and partial_appended")
+            own = row.partial_pairs is not None or (
+                (row.partial_fraction or self.partial_fraction) is not None
+                and (row.partial_appended or self.partial_appended) is not None)
+            if row.full_prob < 1.0 and not (own or pooled):
+                raise ValueError(f"after_stop.{label}: full_prob < 1 needs partial_pairs, or partial_fraction and partial_appended")
         return self
 
 
@@ -128,9 +204,13 @@ class Structure(_Strict):
     context_limit: Annotated[int, Field(gt=0)]
     """Largest prompt; a turn that would pass it compacts (a partial reuse) instead."""
     peak_growth: dict[Annotated[int, Field(ge=0)], Dist] = {}
-    """A task's largest prompt as a multiple of its first (>= 1), drawn once per task, by length class
-    (key: the class's first calls-per-task count; key 0: all tasks, for classes without their own).
-    A turn that would pass it compacts instead: agents compact, and sessions that start big grow less."""
+    """Optional cap: a task's largest prompt as a multiple of its first (>= 1), drawn once per task, by
+    length class (key: the class's first calls-per-task count; key 0: all tasks, for classes without
+    their own). A turn that would pass it compacts instead. `fit` no longer writes it (drawn apart from
+    the appends, it flattened prompts that should grow: see docs/workload-model.md); older files keep it."""
+    starts: Optional[TaskStarts] = None
+    """When present, a task's first prompt comes from here, conditioned on its number of calls,
+    instead of from the first-call cell's `appended` (which then only describes it)."""
     subagents: Optional[SubAgents] = None
 
     @model_validator(mode="after")
