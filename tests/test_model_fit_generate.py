@@ -265,3 +265,23 @@ def test_generated_ids_are_fresh_across_tasks_and_sub_tasks(model):
                 first_use[h] = task.id
             prev = call.hash_ids
     assert min(first_use) == 1 and max(first_use) == len(first_use)  # one counter, no gaps
+
+
+def test_tasks_of_all_classes_start_in_arrival_order(model):
+    """The SimPy arrival processes of two classes interleave: tasks come out in arrival order over
+    both classes, ids follow that order, and each class keeps its share of the rate."""
+    agent = model.classes["agent"]
+    two = model.model_copy(update={"classes": {
+        "agent": agent.model_copy(update={"share": 0.75}),
+        "batch": agent.model_copy(update={"share": 0.25}),
+    }})
+    w = generate(two, duration=200.0, seed=3, rate=2.0)
+    arrivals = [t.arrival for t in w.tasks]
+    assert arrivals == sorted(arrivals)
+    assert [t.id for t in w.tasks] == sorted(t.id for t in w.tasks)
+    classes = [t.task_class for t in w.tasks]
+    assert classes.count("batch") / len(classes) == pytest.approx(0.25, abs=0.08)
+    # Interleaved, not one class after the other.
+    switches = sum(a != b for a, b in zip(classes, classes[1:]))
+    assert switches > 20
+    assert generate(two, duration=200.0, seed=3, rate=2.0) == w

@@ -1,9 +1,11 @@
 """Generate a synthetic `Workload` from a `WorkloadModel`.
 
-Arrival times are drawn per task class from its arrival process; what a task contains is drawn
-beforehand too, vectorised with numpy across all the tasks of a class. Tasks are then materialised in
-arrival order over all classes (a SimPy process per task, as earlier versions had, cost more than
-everything else together and decided nothing: every time is known once drawn).
+A SimPy model runs the arrivals: one arrival process per task class waits out its class's
+inter-arrival times (drawn from the class's fitted process) and starts a task process at each arrival;
+the order in which task processes start, over all classes, is the workload's task order. What a task
+contains (its calls, gaps, prefixes and sub-agents) is drawn vectorised with numpy across all the tasks
+of its class and taken by its task process: one SimPy event per call would cost more than everything
+else together (about 2 us a call), while one process per task costs about 2 us a task.
 
 Prompts carry hash ids that grow turn by turn: a call's ids are the reused leading part of the
 previous call's ids plus fresh ids, so a prefix cache sees the modelled reuse; fresh ids come from one
@@ -21,6 +23,7 @@ from typing import IO, Any, Iterator, Optional
 
 import numpy as np
 import orjson
+import simpy
 
 from ..errors import InputError
 from ..gcpause import gc_paused
@@ -393,7 +396,7 @@ class _Plan:
     drawn: list[_Drawn]  # per class, in class-name order
     classes: list[str]
     times: list[np.ndarray]  # per class, sorted: a class's tasks arrive in index order
-    rank_class: np.ndarray  # class of the k-th task to arrive (over all classes; ties: class name)
+    rank_class: np.ndarray  # class of the k-th task to start in the SimPy model (over all classes)
     provenance: Provenance
 
     def tasks(self, records: bool, window: int = 4096) -> Iterator[Any]:
@@ -428,6 +431,30 @@ class _Plan:
             else:
                 for c in cls.tolist():
                     yield next(built[c])
+
+
+def _start_order(times: list[np.ndarray]) -> np.ndarray:
+    """Run the SimPy arrival model: per class, an arrival process that starts a task process at each of
+    `times[c]` (sorted). Returns the class of each task process in the order they started (tasks
+    arriving at the same instant start in the order SimPy schedules them: deterministic)."""
+    env = simpy.Environment()
+    started: list[int] = []
+
+    def task(c: int):
+        # Takes its content from the class's draws: the k-th task of class c to start is its k-th drawn.
+        started.append(c)
+        return
+        yield  # a generator, so that SimPy runs it as a process
+
+    def arrivals(c: int, at: list[float]):
+        for t in at:
+            yield env.timeout(max(0.0, t - env.now))
+            env.process(task(c))
+
+    for c, at in enumerate(times):
+        env.process(arrivals(c, at.tolist()))
+    env.run()
+    return np.asarray(started, dtype=np.int64)
 
 
 def _plan(
@@ -471,14 +498,11 @@ def _plan(
             left -= len(keep)
             times[name] = keep
 
-    # Tasks are materialised in arrival order over all classes (ties: class name, then draw order),
-    # which is also the order of their ids; a class's tasks are drawn in its arrival order.
+    # A class's tasks are drawn in its arrival order; tasks are materialised in the order the SimPy
+    # model starts them, which is also the order of their ids.
     for name in names:
         times[name] = np.sort(times[name], kind="stable")
-    t_all = np.concatenate([times[name] for name in names]) if names else np.zeros(0)
-    c_all = np.repeat(np.arange(len(names)), [len(times[name]) for name in names])
-    i_all = np.concatenate([np.arange(len(times[name])) for name in names]) if names else np.zeros(0, dtype=np.int64)
-    rank_class = c_all[np.lexsort((i_all, c_all, t_all))]
+    rank_class = _start_order([times[name] for name in names])
 
     drawn = []
     for name in names:
