@@ -155,6 +155,8 @@ def report(fig: dict, ttft: float | None, itl: float | None) -> str:
     return line
 
 
+CORES = sorted(os.sched_getaffinity(0))
+
 HEADER = (
     "streams  calls fail   tokens/s tok/core-s client   emul  waitcpu(c,e) us/tok(c,e)  lag50   lag99"
     "  ttft50  ttft99   itl50   itl99   (ms; errors = measured - truth)"
@@ -165,10 +167,9 @@ async def run_mode(args: argparse.Namespace, ttft: float | None, itl: float | No
     cli = ["--ttft", str(ttft or 0.0), "--itl", str(itl or 0.0)]
     async with emulator_process(*cli) as emulator:
         url, pid = emulator.url, emulator.pid
-        if args.pin:
-            cores = sorted(os.sched_getaffinity(0))
-            os.sched_setaffinity(pid, {cores[0]})
-            os.sched_setaffinity(0, {cores[-1]})
+        if args.pin:  # the cores as at the start: the client is pinned already in a second mode
+            os.sched_setaffinity(pid, {CORES[0]})
+            os.sched_setaffinity(0, {CORES[-1]})
         title = f"fixed ttft={ttft * 1000:.0f} ms itl={itl * 1000:.0f} ms" if ttft is not None else "zero delay"
         print(f"\nemulator {url} ({title}), {args.output_tokens} output tokens per call, {args.duration:.0f} s per level")
         print(HEADER)

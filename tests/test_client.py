@@ -8,6 +8,7 @@ import time
 import pytest
 
 from simulator.behaviour import CallRequest
+import simulator.live.client as client_module
 from simulator.live.client import Client, Target, error_message
 from simulator.live.emulator import emulator_process, run_emulator
 from simulator.workload import Call
@@ -91,6 +92,7 @@ async def test_each_fault_is_recorded_and_the_client_goes_on(fault, error_class,
     if fault.startswith("http_"):
         assert record.status == int(fault[5:])
     assert after.ok and after.output_tokens == 6
+    assert not client_module._SINKS  # no response body is still delivered to a call that ended
 
 
 async def test_same_client_continues_after_faults():

@@ -14,8 +14,9 @@ Calls go over one aiohttp session with one shared connector (keep-alive reuse, a
 ``max_connections``). Stalls are caught by one watchdog for all calls in flight, not by aiohttp's
 ``sock_read`` timeout, which cancels and re-arms a loop timer on every chunk that arrives (a cost per
 token): a call whose server has sent nothing for ``stall_timeout`` since the request went out or since
-its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after. The stream is read with ``readany``: everything that arrived since the last read
-is split into events in bulk, and events that came in one read share its time (they arrived together).
+its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after. Body bytes are taken in
+aiohttp's protocol callback as they arrive (see `_read_stream`), each chunk split into events timed
+when it came in; events that came in one chunk share its time (they arrived together).
 A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
 content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
 still caught.
@@ -29,7 +30,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import aiohttp
 import orjson
@@ -373,25 +374,65 @@ async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
         state.sent = state.heard = time.perf_counter()
 
 
+class _Delivering(aiohttp.StreamReader):
+    """A response body reader that hands each chunk of body bytes to its call's sink the moment the
+    connection's protocol delivers it, instead of buffering it for a reader task (see `_read_stream`)."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        sink = _SINKS.get(self)
+        if sink is None:  # no longer watched: buffer as aiohttp does
+            return super().feed_data(data, size)
+        if data:
+            sink(data)
+        return False
+
+
+_SINKS: dict[aiohttp.StreamReader, Callable[[bytes], None]] = {}
+"""The sink of every response body being delivered, by its reader."""
+
+
 async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
-    """Read a response's event stream to its end; the call's end is when 'data: [DONE]' arrived."""
+    """Read a response's event stream to its end; the call's end is when 'data: [DONE]' arrived.
+
+    aiohttp's protocol feeds body bytes to the response's reader in its `data_received`; a task that
+    awaits `readany` wakes a loop turn later, once per chunk: a future, a task step and a read per
+    token, most of the client's cost per token, and a wake-up delay (behind everything queued on the
+    loop) inside every token's time. So the reader is switched to `_Delivering`, which passes each
+    chunk to this call's `_Stream` at once, timed as it arrives, and the task only waits for the end
+    of the body (the connection's end of the response, which lets it be kept alive), or for the error
+    that ends it: aiohttp's, or a malformed stream's, raised through the reader."""
     perf = time.perf_counter
-    readany = content.readany
     feed = state.feed
-    while state.done is None:
-        data = await readany()
+
+    def arrived(data: bytes) -> None:
         now = state.heard = perf()
-        if not data:
-            state.close(now)
-            return
-        feed(data, now)
-    # Read to the end of the response so that its connection can be kept alive for the next call;
-    # a failure now costs only that connection (the call itself was answered in full).
+        if state.done is not None:
+            return  # the rest after 'data: [DONE]' is only read to the end of the response
+        try:
+            feed(data, now)
+        except _CallFailed as exc:
+            del _SINKS[content]
+            content.set_exception(exc)
+
+    buffered = content.read_nowait()  # what came with the headers, before the switch
+    content.__class__ = _Delivering
+    _SINKS[content] = arrived
     try:
-        while await readany():
-            pass
+        if buffered:
+            arrived(buffered)
+        failed = content.exception()
+        if failed is not None:
+            raise failed
+        await content.wait_eof()
     except (aiohttp.ClientError, asyncio.TimeoutError):
-        pass
+        if state.done is None:
+            raise  # else a failure after the answer costs only the connection
+    finally:
+        _SINKS.pop(content, None)
+    if state.done is None:
+        state.close(perf())
 
 
 class _Stream:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ..behaviour import CallRequest, Fork, RetryPolicy, Send, TaskOutcome, Wait, task_behaviour
+from ..gcpause import gc_frozen
 from ..metrics.records import CallRecord, TaskRecord
 from ..workload import Task, Workload
 
@@ -124,19 +125,21 @@ class Driver:
         return self._stop_reason is not None
 
     async def run(self) -> DriverResult:
-        """Run every task to its end (or until stopped); returns how it ended."""
+        """Run every task to its end (or until stopped); returns how it ended. The collector keeps
+        away from the workload meanwhile (`gc_frozen`)."""
         self._scheduler = asyncio.ensure_future(self._schedule())
-        try:
+        with gc_frozen():
             try:
-                await self._scheduler
+                try:
+                    await self._scheduler
+                except asyncio.CancelledError:
+                    if not self.stopping:
+                        raise
+                await self._drain()
             except asyncio.CancelledError:
-                if not self.stopping:
-                    raise
-            await self._drain()
-        except asyncio.CancelledError:
-            self.stop(CANCELLED)
-            await self._settle()
-            raise
+                self.stop(CANCELLED)
+                await self._settle()
+                raise
         return DriverResult(self._stop_reason or "completed", self.started,
                             len(self.tasks) - self.started, self.now())
 
