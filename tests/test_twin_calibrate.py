@@ -9,7 +9,7 @@ from simulator.sim.calibrate import FIT_TERMS, calibrate, design_sweep, fit, fit
 from simulator.sim.profile import load_profile
 
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
-        "per_prefill_attention": 1.0e-9, "request_overhead": 0.015}
+        "per_prefill_attention": 1.0e-9, "request_overhead": 0.015, "idle_wake": 0.006}
 
 
 def known_profile():

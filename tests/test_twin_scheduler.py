@@ -199,3 +199,18 @@ def test_prefill_attention_counts_each_chunks_query_key_pairs():
     # decode steps are not prefill: a second token costs no pairs
     (d,), _ = run(profile, [(0.0, 100, 2, ())])
     assert d.end - d.first_token == pytest.approx(0.01 + 0.001 + 0.002 + 1e-5 * 101, abs=1e-12)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_request_after_a_long_idle_pays_the_wake_up_once(fast):
+    profile = make_profile(step_time={"idle_wake": 0.007, "idle_after": 0.05})
+    # alone at 0 (no idle before), after 1 s idle, then 0.01 s after the second ended (short idle)
+    prefill = 0.01 + 0.001 * 100 + 1e-5 * 100
+    (a, b), _ = run(profile, [(0.0, 100, 1, ()), (1.0, 100, 3, ())], fast_decode=fast)
+    assert a.ttft == pytest.approx(prefill, abs=1e-12)
+    assert b.ttft == pytest.approx(prefill + 0.007, abs=1e-12)
+    decodes = [0.01 + 0.001 + 0.002 + 1e-5 * (100 + i) for i in (1, 2)]
+    assert b.end - b.submitted == pytest.approx(prefill + 0.007 + sum(decodes), abs=1e-12)
+    short = a.end + 0.01
+    (_, c), _ = run(profile, [(0.0, 100, 1, ()), (short, 100, 1, ())], fast_decode=fast)
+    assert c.ttft == pytest.approx(prefill, abs=1e-12)

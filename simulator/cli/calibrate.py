@@ -95,6 +95,8 @@ def _measure_live(url, model, vocab_size, points, repeat, reduce, seed=0) -> lis
         # The nonce keeps prompts unique across runs against one server: no prefix-cache hits.
         requests = [CallRequest(f"calibrate-{nonce}-{index}-{attempt}-{i}", "calibrate", 0, call)
                     for i in range(point.concurrency)]
+        if point.idle:
+            await asyncio.sleep(point.idle)  # a pause to time: nothing else runs on this loop meanwhile
         now = time.perf_counter() - client.t0
         done = await asyncio.gather(*(client.send(r, now) for r in requests))
         records = [record for record, _ in done]

@@ -5,6 +5,8 @@ server with no shared prefix:
 
 - ``prefill``: one request of P prompt tokens and one output token; measured: its TTFT (the sum of
   its prefill steps, chunked by the token budget);
+- ``prefill`` after a pause (``idle`` > 0): the same, sent once the server has been idle that long;
+  the difference to the back-to-back point is the engine's ``idle_wake``;
 - ``decode``: B requests of P prompt tokens and O output tokens; measured: the mean end-to-end
   latency over the requests (their prefill, then O - 1 decode steps of up to B sequences at growing
   context). End to end rather than inter-token: a busy server merges several tokens into one
@@ -32,13 +34,19 @@ from .profile import ServerProfile
 from .twin import Twin
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
-             "request_overhead")
+             "request_overhead", "idle_wake")
 """The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
 attended token, per query-key pair of prefill, and per request outside the engine. A single request's
 TTFT is `request_overhead` plus its prefill steps, so the prefill rows' intercept gives the overhead
 and their curvature the prefill attention, and the decode rows (many steps per request) give `fixed`;
 single requests decoding at several contexts separate the attended-context term from the per-sequence
-ones."""
+ones; prefills after a pause give the cost of waking an idle engine."""
+
+SETTINGS = frozenset({"idle_after"})
+"""Step-time fields that are settings, not coefficients: calibration keeps them as the profile has them."""
+
+WAKE_PAUSE = 0.5
+"""Seconds of quiet before the sweep's wake-up points: well past any `idle_after` a server needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +58,12 @@ class SweepPoint:
     concurrency: int
     input_tokens: int
     output_tokens: int
+    idle: float = 0.0
+    """Seconds the server is left idle before the burst is sent."""
 
     def label(self) -> str:
-        return f"{self.kind} B={self.concurrency} P={self.input_tokens} O={self.output_tokens}"
+        pause = f" after {self.idle:g} s idle" if self.idle else ""
+        return f"{self.kind} B={self.concurrency} P={self.input_tokens} O={self.output_tokens}{pause}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,9 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
     for p in sorted(lengths):
         if p + 1 <= limit:
             points.append(SweepPoint("prefill", 1, p, 1))
+    for p in (64, 1024):
+        if p + 1 <= limit:
+            points.append(SweepPoint("prefill", 1, p, 1, idle=WAKE_PAUSE))
     batches = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= top} | {top})
     output = 32
     # a long context near the model's limit separates the attended-context term from per-sequence costs
@@ -116,6 +130,8 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
     """What the twin of `profile` measures at one sweep point."""
     env = simpy.Environment()
     twin = Twin(env, profile)
+    if point.idle:
+        env.run(until=point.idle)
     events = [twin.submit(point.input_tokens, point.output_tokens) for _ in range(point.concurrency)]
     env.run()
     done = [event.value for event in events]
@@ -126,7 +142,7 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
 
 def unit_profile(profile: ServerProfile, term: str) -> ServerProfile:
     """`profile` with every step-time coefficient 0 but `term` (1), synchronous, no speculation."""
-    zero = {name: 0.0 for name in type(profile.step_time).model_fields}
+    zero = {name: 0.0 for name in type(profile.step_time).model_fields if name not in SETTINGS}
     zero[term] = 1.0
     return profile.model_copy(update={
         "step_time": profile.step_time.model_copy(update=zero),
@@ -165,7 +181,7 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
         cov = sigma2 * np.linalg.pinv(sub.T @ sub)
         stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     coefficients = {term: float(v) for term, v in zip(terms, theta)}
-    fitted_terms = {name: 0.0 for name in type(profile.step_time).model_fields}
+    fitted_terms = {name: 0.0 for name in type(profile.step_time).model_fields if name not in SETTINGS}
     fitted_terms.update(coefficients)
     fitted = profile.model_copy(update={
         "step_time": profile.step_time.model_copy(update=fitted_terms),

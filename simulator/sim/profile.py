@@ -121,6 +121,12 @@ class StepTimeCoefficients(_Section):
     """Not a step term: seconds a request spends outside the engine (HTTP handling, tokenisation,
     detokenisation and streaming in the API server), added before it reaches the waiting queue. It
     delays the request's first token and its end by this much without occupying the engine."""
+    idle_wake: float = Field(0.0, ge=0)
+    """Not a step term: seconds added to the first step after the engine sat idle for longer than
+    `idle_after` (threads and caches gone cold, an idle CPU clocked down). Agent traffic meets an
+    idle server after every tool call at low load; back-to-back benchmarks never do."""
+    idle_after: float = Field(0.05, ge=0)
+    """Idle time (s) beyond which the next step pays `idle_wake`; a setting, not fitted."""
 
 
 class ServerProfile(_Section):

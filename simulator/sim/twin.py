@@ -178,6 +178,11 @@ class Twin:
         self._admitted = 0
         self._decode_terms: dict[int, tuple[float, float]] = {}
         """Step-time terms of a pure-decode step by batch size (base compute, scheduling)."""
+        self.idle_wake = profile.step_time.idle_wake
+        self.idle_after = profile.step_time.idle_after
+        self._idle_since = env.now
+        self._cold = 0.0
+        """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
         self._wake: Optional[simpy.Event] = None
         self._pending: Any = None
         """The step in progress: (decodes, prefills, chunk or None, start, end)."""
@@ -253,6 +258,7 @@ class Twin:
         """Plan the next step and schedule its end, or wait idle for a request."""
         group = self.group
         if not self.running and not self.waiting and not group.size:
+            self._idle_since = self.clock
             wake = self._wake = simpy.Event(self.env)
             wake.callbacks.append(self._woken)
             return
@@ -265,13 +271,19 @@ class Twin:
         if group.size and not prefills and not decodes and not preempted and not self.running \
                 and env.peek() > env._now:
             chunk = self._decode_chunk()
-        end = start + self._duration(decodes, prefills) if chunk is None else chunk.end
+        if chunk is None:
+            end = start + self._duration(decodes, prefills) + self._cold
+            self._cold = 0.0
+        else:
+            end = chunk.end
         self._pending = (decodes, prefills, chunk, start, end)
         env.timeout(exact_delay(env._now, end)).callbacks.append(self._step_done)
 
     def _woken(self, _event: Any) -> None:
         self._wake = None
         self.clock = self.env._now
+        if self.idle_wake and self.clock - self._idle_since > self.idle_after:
+            self._cold = self.idle_wake
         self._step()
 
     def _step_done(self, _event: Any) -> None:
