@@ -249,3 +249,18 @@ def test_samples_equal_the_shared_originals():
     shared = load([SHARED / "example_sessions" / "sanitized" / "round_trace.jsonl"])
     assert shared.tasks == load([JSONL]).tasks
     assert load([SHARED / "replay" / "examples"]).counts() == (52, 322, 0)
+
+
+def test_a_folder_skips_files_of_no_known_format_and_says_so(tmp_path):
+    (tmp_path / "round_trace.jsonl").write_bytes(JSONL.read_bytes())
+    (tmp_path / "round_trace.expanded.json").write_text("# a pretty-printed view\n===== round 0001 =====\n{\n")
+    workload = load([tmp_path])
+    assert workload.tasks == load([JSONL]).tasks
+    notes = [n for p in workload.provenance for n in p.notes]
+    assert any("skipped" in n and "round_trace.expanded.json" in n for n in notes)
+    # a file named alone is still an error, and so is a folder with nothing known in it
+    with pytest.raises(InputError, match="unknown trace format"):
+        load([tmp_path / "round_trace.expanded.json"])
+    (tmp_path / "round_trace.jsonl").unlink()
+    with pytest.raises(InputError, match="no file in this folder"):
+        load([tmp_path])

@@ -86,16 +86,33 @@ def load(
     for root in paths:
         root = Path(root)
         by_format: dict[str, list[Workload]] = {}
+        skipped: list[str] = []
         for file in _files(root):
-            module = known[format] if format else detect(file)
+            if format:
+                module = known[format]
+            elif root.is_dir():
+                # A folder may hold other views of its traces (a pretty-printed copy, notes): a file
+                # no importer recognises is skipped and named in the workload's notes.
+                try:
+                    module = detect(file)
+                except InputError as exc:
+                    skipped.append(f"skipped {file}: {exc.message}")
+                    continue
+            else:
+                module = detect(file)
             policy = ErrorPolicy(on_error)
             with gc_paused():
                 part = module.read(file, policy)
             if policy.total_skipped:
                 part = _with_notes(part, policy.notes())
             by_format.setdefault(module.FORMAT, []).append(part)
+        if not by_format:
+            raise InputError("no file in this folder is a trace of a known format: " + "; ".join(skipped),
+                             file=str(root))
         for fmt, found in by_format.items():
             parts.append(_merge(found, Provenance(str(root), fmt, {"on_error": on_error})) if root.is_dir() else found[0])
+        if skipped:
+            parts[-1] = _with_notes(parts[-1], tuple(skipped))
     merged = _merge(parts, None)
     tasks = _unique_ids(merged.tasks)
     if not tasks:
