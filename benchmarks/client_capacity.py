@@ -14,8 +14,14 @@ warm-up), then the level runs ``--duration`` seconds and stops; the script print
 - client lag p50 and p99 (actual minus intended send: how late the client itself was),
 - TTFT and ITL error against the emulator's fixed truth, at p50 and p99 (measured minus truth).
 
-With ``--zero`` the emulator also runs with no delay at all (tokens as fast as it can write), which
-shows the client's ceiling; then there is no timing truth and only throughput and lag are printed.
+With ``--zero`` the emulator also runs with no delay at all (tokens as fast as it can write); then
+there is no timing truth and only throughput and lag are printed. With the default 5 ms tool gap that
+is a closed loop as fast as the client goes (its ceiling: lag is large by construction); with
+``--think 1.0`` each of N streams asks for one 50-token call a second, N x 50 tokens/s in all, which
+is the issue's capacity check (zero-delay emulator on another core, lag p99 at most 5 ms):
+
+    .venv/bin/python benchmarks/client_capacity.py --levels 1024,2048 --duration 4 --think 1.0 --zero --pin
+
 Targets (from the issue): within 2 ms p50 / 5 ms p99 at 256 streams; at least 1,000 streams and
 50,000 tokens/s per client core before lag p99 passes 5 ms. Both processes share this machine's cores,
 so on a small or busy machine the emulator (one Python process) is usually the limit; its CPU share is
