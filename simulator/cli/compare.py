@@ -21,24 +21,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=compare_command)
 
 
-def _summary(folder: Path) -> dict:
-    from ..errors import InputError
-    from ..metrics import results
-    from ..metrics.summary import rebuild
-
-    if not folder.is_dir():
-        raise InputError("no such result folder", file=str(folder))
-    summary = results.read_json(folder, results.SUMMARY_FILE)
-    return summary if summary is not None else rebuild(folder)
-
-
 def compare_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from ..metrics.summary import load_summary
     from ..report.compare import compare_summaries, compare_table
 
     a, b = Path(args.a), Path(args.b)
-    rows = compare_summaries(_summary(a), _summary(b))
+    rows = compare_summaries(load_summary(a), load_summary(b))
     if args.json:
         print(json.dumps({"a": str(a), "b": str(b), "rows": rows}, indent=1))
     else:

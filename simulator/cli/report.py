@@ -20,17 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from ..errors import InputError
-    from ..metrics.summary import rebuild
-    from ..metrics import results
+    from ..metrics.summary import load_summary
     from ..report.terminal import print_summary
 
     folder = Path(args.result_dir)
-    if not folder.is_dir():
-        raise InputError("no such result folder", file=str(folder))
-    summary = results.read_json(folder, results.SUMMARY_FILE)
-    if summary is None:
-        summary = rebuild(folder)
+    summary = load_summary(folder)
     summary["result_dir"] = str(folder)
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -14,9 +14,10 @@ Calls go over one aiohttp session with one shared connector (keep-alive reuse, a
 ``max_connections``). Stalls are caught by one watchdog for all calls in flight, not by aiohttp's
 ``sock_read`` timeout, which cancels and re-arms a loop timer on every chunk that arrives (a cost per
 token): a call whose server has sent nothing for ``stall_timeout`` since the request went out or since
-its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after. Body bytes are taken in
-aiohttp's protocol callback as they arrive (see `_read_stream`), each chunk split into events timed
-when it came in; events that came in one chunk share its time (they arrived together).
+its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after.
+Body bytes are taken in aiohttp's protocol callback as they arrive (see `_read_stream`), each chunk
+split into events timed when it came in; events that came in one chunk share its time (they arrived
+together).
 A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
 content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
 still caught.

@@ -251,3 +251,12 @@ def rebuild(folder: Path) -> dict[str, Any]:
     summary["scenario"] = info.get("scenario", folder.name)
     summary["result_dir"] = str(folder)
     return summary
+
+
+def load_summary(folder: Path) -> dict[str, Any]:
+    """A result folder's summary: its summary.json, or rebuilt from its records when that is missing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("no such result folder", file=str(folder))
+    summary = results.read_json(folder, results.SUMMARY_FILE)
+    return summary if summary is not None else rebuild(folder)
