@@ -88,18 +88,15 @@ def load(
         by_format: dict[str, list[Workload]] = {}
         skipped: list[str] = []
         for file in _files(root):
-            if format:
-                module = known[format]
-            elif root.is_dir():
+            try:
+                module = known[format] if format else detect(file)
+            except InputError as exc:
+                if not root.is_dir():
+                    raise
                 # A folder may hold other views of its traces (a pretty-printed copy, notes): a file
                 # no importer recognises is skipped and named in the workload's notes.
-                try:
-                    module = detect(file)
-                except InputError as exc:
-                    skipped.append(f"skipped {file}: {exc.message}")
-                    continue
-            else:
-                module = detect(file)
+                skipped.append(f"skipped {file}: {exc.message}")
+                continue
             policy = ErrorPolicy(on_error)
             with gc_paused():
                 part = module.read(file, policy)
