@@ -41,6 +41,12 @@ DEFAULT_ARGS: tuple[str, ...] = (
 DEFAULT_ENV: dict[str, str] = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # One compute thread, as vLLM means to serve on CPU: its CPU worker blocks the engine's own
+    # torch.set_num_threads(1), which leaves an OpenMP team per core spin-waiting between ops. On a
+    # small machine that spinning takes the cores the API server and the load client need (measured:
+    # 44 s of engine CPU for a 31 s agent replay on 2 cores, 25 s with one thread) and makes every
+    # step's duration depend on what else runs.
+    "OMP_NUM_THREADS": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
@@ -247,23 +253,32 @@ class VLLMServer:
         """Block until the server exits by itself (foreground use); returns its exit code."""
         return self.process.wait()
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
+    def processes(self) -> list[int]:
+        """The server's process and its descendants (Linux /proc), [] when gone."""
         if self.process is None:
-            return 0
-        total = 0
-        pids = [self.process.pid]
+            return []
+        found, pids = [], [self.process.pid]
         while pids:
             pid = pids.pop()
             try:
-                status = Path(f"/proc/{pid}/status").read_text()
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                continue
+            found.append(pid)
+            pids.extend(int(c) for c in children)
+        return found
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
+        total = 0
+        for pid in self.processes():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
             for line in status.splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-            pids.extend(int(c) for c in children)
         return total
 
     def log_tail(self, lines: int = 40) -> str:
