@@ -271,22 +271,44 @@ def free_port():
     return closed_port
 
 
-async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
-    """The server drops a kept-alive connection just as the next call arrives on it (the idle-timeout
-    race): the call goes again on a new connection, as the server never saw it."""
-    body = b'data: {"choices":[{"text":" a"}]}\n\ndata: [DONE]\n\n'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+ONE_TOKEN_BODY = b'data: {"choices":[{"text":" a"}]}\n\ndata: [DONE]\n\n'
+ONE_TOKEN_ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
+                    % (len(ONE_TOKEN_BODY), ONE_TOKEN_BODY))
+
+
+async def read_call(reader) -> bytes:
+    """Read one HTTP request from `reader`; return its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+    return head
+
+
+async def serve_once_per_connection(burst: int = 1):
+    """A server that answers one call per connection, then hangs up without a word on the next call
+    sent on it (the keep-alive idle-timeout race). The first `burst` calls are held until all have
+    arrived, so that they occupy `burst` connections at once. Returns (server, port, heads seen)."""
+    all_in = asyncio.Event()
+    heads = []
 
     async def serve(reader, writer):
-        head = await reader.readuntil(b"\r\n\r\n")
-        await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
-        writer.write(answer)
+        heads.append(await read_call(reader))
+        if len(heads) == burst:
+            all_in.set()
+        if len(heads) <= burst:
+            await all_in.wait()
+        writer.write(ONE_TOKEN_ANSWER)
         await writer.drain()
-        await reader.readuntil(b"\r\n\r\n")  # the next call on this connection: hang up without a word
+        await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    return server, server.sockets[0].getsockname()[1], heads
+
+
+async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
+    """The server drops a kept-alive connection just as the next call arrives on it (the idle-timeout
+    race): the call goes again on a new connection, as the server never saw it."""
+    server, port, heads = await serve_once_per_connection()
     try:
         async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
             first, _ = await client.send(req(out=1), 0.0)
@@ -296,21 +318,33 @@ async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
         server.close()
         await server.wait_closed()
     assert first.ok and second.ok
-    assert opened == 2
+    assert opened == 2 and len(heads) == 2
+
+
+async def test_every_kept_alive_connection_closed_at_once_is_passed_over():
+    """A burst left two connections idle together and the server closed both at the same instant: the
+    next call fails on one, then on the other, and goes out on a new connection."""
+    server, port, heads = await serve_once_per_connection(burst=2)
+    try:
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
+            burst = await asyncio.gather(client.send(req(out=1), 0.0), client.send(req(index=1, out=1), 0.0))
+            after, _ = await client.send(req(index=2, out=1), 0.0)
+            opened = client.connections_opened
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert all(record.ok for record, _ in burst) and after.ok
+    assert opened == 3 and len(heads) == 3
 
 
 async def serve_then(second_answer: bytes):
     """A server that answers the first call on a connection in full and the next one with
     `second_answer` before hanging up; returns (server, port, calls seen)."""
-    body = b'data: {"choices":[{"text":" a"}]}\n\ndata: [DONE]\n\n'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
     seen = []
 
     async def serve(reader, writer):
-        for reply in (answer, second_answer):
-            head = await reader.readuntil(b"\r\n\r\n")
-            await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
-            seen.append(head)
+        for reply in (ONE_TOKEN_ANSWER, second_answer):
+            seen.append(await read_call(reader))
             writer.write(reply)
             await writer.drain()
         writer.close()

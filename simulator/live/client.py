@@ -305,17 +305,20 @@ class Client:
     async def _exchange(self, body: bytes, state: "_Stream") -> None:
         assert self._session is not None
         session = self._session
-        try:
-            resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails before
-            # any answer: the server never saw the call, so it goes again, once, on a new connection.
-            # aiohttp retries such a failure itself only for idempotent methods, never for a POST.
-            if not state.reused or isinstance(getattr(exc, "message", None), RawResponseMessage):
-                raise
-            state.reused = False
-            state.sent = None
-            resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
+        while True:
+            try:
+                resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails
+                # before any answer: the server never saw the call, so it goes again. The pool may hand
+                # out another connection of the same burst, closed at the same instant: each such one
+                # is dropped as it fails, so this ends on a new connection at the latest. aiohttp
+                # retries such a failure itself only for idempotent methods, never for a POST.
+                if not state.reused or isinstance(getattr(exc, "message", None), RawResponseMessage):
+                    raise
+                state.reused = False
+                state.sent = None
         async with resp:
             state.status = status = resp.status
             if status >= 400:
