@@ -9,7 +9,8 @@ from simulator.sim.calibrate import FIT_TERMS, calibrate, design_sweep, fit, fit
 from simulator.sim.profile import load_profile
 
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
-        "per_prefill_attention": 1.0e-9, "request_overhead": 0.015, "idle_wake": 0.006}
+        "per_prefill_attention": 1.0e-9, "request_overhead": 0.012, "frontend_per_request": 0.003,
+        "frontend_per_prompt_token": 2.0e-6, "idle_wake": 0.006}
 
 
 def known_profile():
@@ -30,10 +31,13 @@ def test_sweep_separates_prefill_and_decode_within_limits():
 def test_fit_recovers_known_coefficients_from_exact_measurements():
     truth = known_profile()
     result = calibrate(truth, lambda point: measure_on_twin(point, truth))
+    # the API server's one-at-a-time work makes the fit nonlinear: a burst's requests move between
+    # steps as it changes, so the search ends within a step boundary of the truth, not on it
     for term in FIT_TERMS:
-        assert result.coefficients[term] == pytest.approx(TRUE[term], rel=1e-6)
-    assert result.rms_relative_error < 1e-9
-    assert result.profile.calibrated and result.profile.step_time.fixed == pytest.approx(TRUE["fixed"], rel=1e-6)
+        assert result.coefficients[term] == pytest.approx(TRUE[term], rel=0.02), term
+    assert result.rms_relative_error < 1e-3
+    assert result.profile.calibrated
+    assert result.profile.step_time.fixed == pytest.approx(TRUE["fixed"], rel=0.02)
     report = fit_report(result)
     assert "per_context_token" in report and "rms relative error" in report
 
@@ -83,7 +87,41 @@ def test_decode_point_measures_end_to_end_latency_of_the_burst():
     prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
                  for k in range(1, 32))
-    assert measure_on_twin(point, truth) == pytest.approx(c["request_overhead"] + prefill + decode, rel=1e-9)
+    handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 64
+    assert measure_on_twin(point, truth) == pytest.approx(handling + prefill + decode, rel=1e-9)
+
+
+def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefills_only_the_tail():
+    # P = 1000 with 128-token blocks: the warm-up leaves 7 full blocks (896 tokens) in the prefix cache,
+    # so the timed request prefills 104 tokens after 896 cached ones, in one step
+    truth = known_profile()
+    point = design_sweep(truth)[0].__class__("prefill", 1, 1000, 1, cached=True)
+    c = TRUE
+    n, cached = 104, 896
+    step = (c["fixed"] + c["per_token"] * n + c["per_context_token"] * (cached + n)
+            + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2))
+    handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 1000
+    assert measure_on_twin(point, truth) == pytest.approx(handling + step, rel=1e-9)
+    assert "P=1000 cached" in point.label()
+    # the sweep's cached prefills are whole blocks and one token, up to the longest prompt the server
+    # takes; its decode bursts start from cached prompts too, but for the shortest context
+    sweep = design_sweep(truth)
+    assert [p.input_tokens for p in sweep if p.cached and p.kind == "prefill"] == [1025, 3969]
+    decodes = [p for p in sweep if p.kind == "decode"]
+    assert all(p.cached == (p.input_tokens > 128) for p in decodes)
+    assert {p.input_tokens for p in decodes} == {64, 257, 513, 1025, 2049, 3073}
+
+
+def test_a_cached_decode_burst_warms_each_prompt_and_prefills_one_token_each():
+    # two requests of 257 tokens, each with two whole blocks of its own in the cache: one step prefills
+    # both last tokens (each attending to the 256 cached ones), then two decode steps of both
+    truth = load_profile("tiny-vllm-cpu", overrides={"step_time": {
+        **{t: 0.0 for t in FIT_TERMS}, "fixed": 0.004, "per_token": 2e-5, "per_decode_seq": 5e-5,
+        "per_context_token": 2e-8, "per_prefill_attention": 1e-9, "request_overhead": 0.01}})
+    point = design_sweep(truth)[0].__class__("decode", 2, 257, 3, cached=True)
+    prefill = 0.004 + 2e-5 * 2 + 2e-8 * 257 * 2 + 1e-9 * 2 * (256 + 1)
+    decodes = [0.004 + 2e-5 * 2 + 5e-5 * 2 + 2e-8 * 2 * (257 + k) for k in (1, 2)]
+    assert measure_on_twin(point, truth) == pytest.approx(0.01 + prefill + sum(decodes), rel=1e-9)
 
 
 def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():

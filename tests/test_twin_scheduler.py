@@ -179,6 +179,34 @@ def test_request_overhead_delays_entry_without_occupying_the_engine(fast):
     assert twin.stats.busy_time < a.end - 0.05 + 1e-12
 
 
+def test_request_handling_grows_with_the_prompt_whether_cached_or_not():
+    # two requests of 300 tokens sharing sixteen 16-token blocks, the second sent after the first ended:
+    # both wait 0.002 + 300 * 1e-5 before the queue; the second prefills 44 tokens instead of 300
+    profile = make_profile(step_time={"request_overhead": 0.001, "frontend_per_request": 0.001,
+                                      "frontend_per_prompt_token": 1e-5})
+    shared = tuple(range(16))
+    (a, b), _ = run(profile, [(0.0, 300, 1, shared), (1.0, 300, 1, shared)])
+    handling = 0.002 + 300 * 1e-5
+    assert a.ttft == pytest.approx(handling + 0.01 + 0.001 * 300 + 1e-5 * 300, abs=1e-12)
+    assert b.cached_tokens == 256
+    assert b.ttft == pytest.approx(handling + 0.01 + 0.001 * 44 + 1e-5 * 300, abs=1e-12)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_the_api_server_hands_a_burst_to_the_engine_one_request_at_a_time(fast):
+    # A and B sent together; the API server takes 5 ms each: A reaches the idle engine at 0.005 and is
+    # prefilled alone (10 tokens: 0.01 + 0.001 * 10 + 1e-5 * 10); B, in at 0.010, waits for the next step
+    step = 0.01 + 0.001 * 10 + 1e-5 * 10
+    burst = [(0.0, 10, 1, ()), (0.0, 10, 1, ())]
+    (a, b), _ = run(make_profile(step_time={"frontend_per_request": 0.005}), burst, fast_decode=fast)
+    assert a.ttft == pytest.approx(0.005 + step, abs=1e-12)
+    assert b.ttft == pytest.approx(0.005 + 2 * step, abs=1e-12)
+    # the same 5 ms as latency beside everything: both reach the engine at 0.005, one step of 20 tokens
+    (a, b), _ = run(make_profile(step_time={"request_overhead": 0.005}), burst, fast_decode=fast)
+    both = 0.005 + 0.01 + 0.001 * 20 + 1e-5 * 20
+    assert a.ttft == pytest.approx(both, abs=1e-12) and b.ttft == pytest.approx(both, abs=1e-12)
+
+
 def test_request_overhead_zero_is_the_default_and_changes_nothing():
     requests = _mixed_requests(3)
     plain, _ = run(make_profile(), requests, keep_gaps=True)

@@ -11,12 +11,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "calibrate",
         help="fit a server profile's step-time coefficients by measuring a sweep on a server",
-        description="Run a sweep of request bursts (prefill: one request of growing prompt; decode: "
-        "growing batches at short and long context, single requests at more contexts; measured: TTFT and "
-        "end-to-end latency) against a server, fit the step-time coefficients and the per-request "
-        "overhead outside the engine by "
-        "non-negative least squares and write the calibrated profile. The base profile gives the "
-        "scheduler and KV settings, which must match how the server was started.",
+        description="Run a sweep of request bursts (prefill: one request of growing prompt, after a pause, "
+        "of a prompt already cached, and bursts of several at once; decode: growing batches at short and "
+        "long context, single requests at more contexts; measured: TTFT and end-to-end latency) against a "
+        "server, fit the step-time coefficients and the request's handling outside the engine (the API "
+        "server's one-at-a-time work and plain latency) by non-negative least squares with the twin as "
+        "the model, and write the calibrated profile. The base profile gives the scheduler and KV "
+        "settings, which must match how the server was started. See docs/server-twin.md.",
     )
     parser.add_argument("-p", "--profile", required=True, metavar="PROFILE",
                         help="base profile (preset name or YAML file) with the server's settings")
@@ -60,7 +61,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         reduce = statistics.median if args.statistic == "median" else min
         load_before = _load_average()
-        measured = _measure_live(args.target, args.model, args.vocab_size, points, args.repeat, reduce)
+        measured = _measure_live(args.target, args.model, args.vocab_size, points, args.repeat, reduce,
+                                 base.kv_cache.block_size)
         source = args.target
         conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
                       f"{_load_average()} after")
@@ -71,14 +73,16 @@ def calibrate_command(args: argparse.Namespace) -> int:
         name = args.name or f"{base.name}-calibrated"
         _write_profile(args.output, result.profile.model_copy(update={
             "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
-            "description": f"{base.description} (calibrated)".strip()}), result.rms_relative_error)
+            "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()}),
+            result.rms_relative_error)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
-def _measure_live(url, model, vocab_size, points, repeat, reduce, seed=0) -> list[float]:
+def _measure_live(url, model, vocab_size, points, repeat, reduce, block_size, seed=0) -> list[float]:
     """Each point's burst sent `repeat` times to the server, in shuffled rounds; per point, the reduced
-    value of its TTFT (prefill) or mean end-to-end latency (decode)."""
+    value of its TTFT (prefill) or mean end-to-end latency (decode). A cached point's prompts are made
+    of `block_size` blocks (the server's) of their own hash ids, and sent once untimed before the burst."""
     import asyncio
     import os
     import time
@@ -88,22 +92,37 @@ def _measure_live(url, model, vocab_size, points, repeat, reduce, seed=0) -> lis
     from ..behaviour import CallRequest
     from ..errors import InputError
     from ..live.client import Client, Target
+    from ..live.prompts import stable_id
+    from ..sim.calibrate import cached_prompts
     from ..workload import Call
 
+    def check(done) -> list:
+        """The call records of a burst's sends; InputError at the first that failed."""
+        records = [record for record, _ in done]
+        for r in records:
+            if not r.ok:
+                raise InputError(f"calibration call failed: {r.error_class}: {r.error_message}", file=url)
+        return records
+
     async def burst(client, index, point, attempt) -> float:
-        call = Call(point.input_tokens, point.output_tokens)
-        # The nonce keeps prompts unique across runs against one server: no prefix-cache hits.
-        requests = [CallRequest(f"calibrate-{nonce}-{index}-{attempt}-{i}", "calibrate", 0, call)
-                    for i in range(point.concurrency)]
+        # The nonce keeps prompts unique across runs against one server: no prefix-cache hits, but
+        # for a cached point's own warm-up.
+        key = f"calibrate-{nonce}-{index}-{attempt}"
+        calls = [Call(point.input_tokens, point.output_tokens)] * point.concurrency
+        if point.cached:
+            prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
+            calls = [Call(point.input_tokens, point.output_tokens, hash_ids=ids, block_size=block_size)
+                     for ids in prompts]
+            warm_ups = [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
+                                    Call(point.input_tokens, 1, hash_ids=ids, block_size=block_size))
+                        for i, ids in enumerate(prompts)]
+            now = time.perf_counter() - client.t0
+            check(await asyncio.gather(*(client.send(r, now) for r in warm_ups)))
+        requests = [CallRequest(f"{key}-{i}", "calibrate", 0, call) for i, call in enumerate(calls)]
         if point.idle:
             await asyncio.sleep(point.idle)  # a pause to time: nothing else runs on this loop meanwhile
         now = time.perf_counter() - client.t0
-        done = await asyncio.gather(*(client.send(r, now) for r in requests))
-        records = [record for record, _ in done]
-        failed = [r for r in records if not r.ok]
-        if failed:
-            raise InputError(f"calibration call failed: {failed[0].error_class}: {failed[0].error_message}",
-                             file=url)
+        records = check(await asyncio.gather(*(client.send(r, now) for r in requests)))
         if point.kind == "prefill":
             return sum(r.ttft for r in records) / len(records)
         # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves
@@ -150,6 +169,7 @@ def _write_profile(path: str, profile, rms: float) -> None:
     data = profile.model_dump(mode="json", exclude_none=True)
     header = (f"# Calibrated by `agentload calibrate` (rms relative error of the fit {rms:.2%}).\n"
               "# Scheduling overhead is folded into the fixed and per-sequence terms; the API server's\n"
-              "# per-request time (HTTP, tokenisation, streaming) is request_overhead.\n")
+              "# one-at-a-time work per request is frontend_per_request (+ frontend_per_prompt_token per\n"
+              "# prompt token), other time outside the engine request_overhead.\n")
     with open(path, "w", encoding="utf-8") as out:
         out.write(header + yaml.safe_dump(data, sort_keys=False))

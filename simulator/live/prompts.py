@@ -53,7 +53,7 @@ FILLER_BLOCK = 64
 FILLER_POOL = 4096
 
 
-def _stable_id(text: str) -> int:
+def stable_id(text: str) -> int:
     """A process-independent 64-bit integer for a string (Python's hash() is salted per process)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
@@ -128,7 +128,7 @@ class PromptBuilder:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed & _MASK64, *(k & _MASK64 for k in key)])))
 
     def _salt(self, request: CallRequest) -> int:
-        return _stable_id(f"{request.task_id}\x00{request.call_index}\x00{request.attempt}")
+        return stable_id(f"{request.task_id}\x00{request.call_index}\x00{request.attempt}")
 
     def _call_draws(self, request: CallRequest, purpose: int, count: int) -> list[int]:
         """`count` 32-bit values fixed by (seed, task id, call index, attempt, purpose). On the per-call

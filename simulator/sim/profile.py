@@ -121,6 +121,15 @@ class StepTimeCoefficients(_Section):
     """Not a step term: seconds a request spends outside the engine (HTTP handling, tokenisation,
     detokenisation and streaming in the API server), added before it reaches the waiting queue. It
     delays the request's first token and its end by this much without occupying the engine."""
+    frontend_per_request: float = Field(0.0, ge=0)
+    """Not a step term: seconds of the API server's own work per request (HTTP parsing, validation,
+    handing the request to the engine), done one request at a time: a burst of requests queues for it,
+    so the engine sees them one after another, not all at once. A single request waits it out
+    beside `request_overhead`."""
+    frontend_per_prompt_token: float = Field(0.0, ge=0)
+    """Not a step term: seconds of that one-at-a-time work per prompt token (decoding and validating
+    the prompt, hashing its prefix blocks), which every prompt token costs whether the prefix cache
+    then holds it or not: a cache hit skips the prefill, not the request's handling."""
     idle_wake: float = Field(0.0, ge=0)
     """Not a step term: seconds added to the first step after the engine sat idle for longer than
     `idle_after` (threads and caches gone cold, an idle CPU clocked down). Agent traffic meets an

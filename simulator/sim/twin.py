@@ -20,8 +20,10 @@ that rate deterministically, the same count for every sequence in a step (floor(
 step g), so runs are reproducible and a run of decode steps can be advanced at once. Asynchronous
 scheduling is modelled by its effect on step time only (see `step_time`), not by a one-step lag.
 A request sent at the instant another ends (a closed-loop client's next call) is seen by the next step.
-The profile's `request_overhead` (the API server's HTTP, tokenisation and streaming work, beside the
-engine) delays a request's entry into the waiting queue; its TTFT and end count from its submission.
+Before a request reaches the waiting queue it passes the API server: one request at a time, each taking
+`frontend_per_request` plus `frontend_per_prompt_token` per prompt token (a burst of requests queues
+there and reaches the engine staggered), then `request_overhead` of latency that runs beside everything
+else. Its TTFT and end count from its submission.
 
 Fast path (`fast_decode`, the default): requests that decode step after step are advanced as one
 group (`simulator.sim.decode_group`): shared token, block and gap counters, a heap of finish points, so
@@ -165,6 +167,10 @@ class Twin:
         self.kv = KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
         self.model = StepTimeModel.from_profile(profile)
         self.request_overhead = profile.step_time.request_overhead
+        self.frontend_per_request = profile.step_time.frontend_per_request
+        self.frontend_per_prompt_token = profile.step_time.frontend_per_prompt_token
+        self._frontend_free = env.now
+        """When the API server is done with the requests it has been given."""
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
         self.waiting: deque[_Request] = deque()
@@ -194,8 +200,9 @@ class Twin:
                tag: Any = None) -> simpy.Event:
         """Queue a request whose prompt's trace blocks of `trace_block` tokens have `hash_ids`; the
         returned event succeeds with its `Completion` when it ends. At least one output token is
-        generated. The request reaches the waiting queue after the profile's `request_overhead`
-        (its `submitted` time is now). Raises ValueError beyond `max_model_len`."""
+        generated. The request reaches the waiting queue after its turn in the API server and the
+        profile's `request_overhead` (its `submitted` time is now). Raises ValueError beyond
+        `max_model_len`."""
         return self._submit(input_tokens, output_tokens, hash_ids, trace_block, tag, False)
 
     def submit_call(self, call: Call, tag: Any = None) -> simpy.Event:
@@ -219,10 +226,18 @@ class Twin:
         hold = Holding(hash_ids, trace_block, input_tokens)
         req = _Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps)
         req.raw = raw
-        if self.request_overhead > 0.0:
-            # The API server's share (HTTP, tokenisation, streaming) runs beside the engine: the
-            # request only waits, and the engine's next step boundary after it sees the request.
-            self.env.timeout(self.request_overhead).callbacks.append(lambda _: self._enqueue(req))
+        delay = self.request_overhead
+        busy = self.frontend_per_request + self.frontend_per_prompt_token * input_tokens
+        if busy > 0.0:
+            # One request at a time, first come first served: wait for those before, then its own turn.
+            now = self.env.now
+            start = self._frontend_free if self._frontend_free > now else now
+            self._frontend_free = start + busy
+            delay += self._frontend_free - now
+        if delay > 0.0:
+            # Outside the engine: the request only waits, and the engine's next step boundary after it
+            # sees the request.
+            self.env.timeout(delay).callbacks.append(lambda _: self._enqueue(req))
         else:
             self._enqueue(req)
         return event
