@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.sim.calibrate import FIT_TERMS, calibrate, design_sweep, fit, fit_report, measure_on_twin
+from simulator.sim.calibrate import FIT_TERMS, SweepPoint, calibrate, design_sweep, fit, fit_report, measure_on_twin
 from simulator.sim.profile import load_profile
 
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
@@ -82,7 +82,7 @@ def test_decode_point_measures_end_to_end_latency_of_the_burst():
     # one request alone: the request overhead, one prefill step, then O - 1 decode steps, each fixed +
     # per_token (one token) + per_decode_seq + per_context_token * (prompt + tokens so far)
     truth = known_profile()
-    point = design_sweep(truth)[0].__class__("decode", 1, 64, 32)
+    point = SweepPoint("decode", 1, 64, 32)
     c = TRUE
     prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
@@ -95,7 +95,7 @@ def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefil
     # P = 1000 with 128-token blocks: the warm-up leaves 7 full blocks (896 tokens) in the prefix cache,
     # so the timed request prefills 104 tokens after 896 cached ones, in one step
     truth = known_profile()
-    point = design_sweep(truth)[0].__class__("prefill", 1, 1000, 1, cached=True)
+    point = SweepPoint("prefill", 1, 1000, 1, cached=True)
     c = TRUE
     n, cached = 104, 896
     step = (c["fixed"] + c["per_token"] * n + c["per_context_token"] * (cached + n)
@@ -118,7 +118,7 @@ def test_a_cached_decode_burst_warms_each_prompt_and_prefills_one_token_each():
     truth = load_profile("tiny-vllm-cpu", overrides={"step_time": {
         **{t: 0.0 for t in FIT_TERMS}, "fixed": 0.004, "per_token": 2e-5, "per_decode_seq": 5e-5,
         "per_context_token": 2e-8, "per_prefill_attention": 1e-9, "request_overhead": 0.01}})
-    point = design_sweep(truth)[0].__class__("decode", 2, 257, 3, cached=True)
+    point = SweepPoint("decode", 2, 257, 3, cached=True)
     prefill = 0.004 + 2e-5 * 2 + 2e-8 * 257 * 2 + 1e-9 * 2 * (256 + 1)
     decodes = [0.004 + 2e-5 * 2 + 5e-5 * 2 + 2e-8 * 2 * (257 + k) for k in (1, 2)]
     assert measure_on_twin(point, truth) == pytest.approx(0.01 + prefill + sum(decodes), rel=1e-9)

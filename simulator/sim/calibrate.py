@@ -234,9 +234,9 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
         raise ValueError("measurements must be positive")
     linear = [t for t in terms if t not in FRONTEND_TERMS]
     x = feature_matrix(points, profile, linear)
-    theta, _ = nnls(x / y[:, None], np.ones_like(y))
-    coefficients = {term: float(v) for term, v in zip(linear, theta)}
     jacobian = x / y[:, None]
+    theta, _ = nnls(jacobian, np.ones_like(y))
+    coefficients = {term: float(v) for term, v in zip(linear, theta)}
     if len(linear) < len(terms):
         coefficients, jacobian = _fit_frontend(points, y, profile, list(terms), coefficients, x)
         predicted = np.array([measure_on_twin(p, with_coefficients(profile, coefficients)) for p in points])

@@ -253,32 +253,23 @@ class VLLMServer:
         """Block until the server exits by itself (foreground use); returns its exit code."""
         return self.process.wait()
 
-    def processes(self) -> list[int]:
-        """The server's process and its descendants (Linux /proc), [] when gone."""
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
         if self.process is None:
-            return []
-        found, pids = [], [self.process.pid]
+            return 0
+        total = 0
+        pids = [self.process.pid]
         while pids:
             pid = pids.pop()
             try:
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            except OSError:
-                continue
-            found.append(pid)
-            pids.extend(int(c) for c in children)
-        return found
-
-    def rss_bytes(self) -> int:
-        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
-        total = 0
-        for pid in self.processes():
-            try:
                 status = Path(f"/proc/{pid}/status").read_text()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             except OSError:
                 continue
             for line in status.splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
+            pids.extend(int(c) for c in children)
         return total
 
     def log_tail(self, lines: int = 40) -> str:
