@@ -41,9 +41,9 @@ import time
 import numpy as np
 
 from simulator.behaviour import CallRequest
+from simulator.emulator.process import emulator_process
 from simulator.live.client import Client, Target
 from simulator.live.driver import Driver
-from simulator.live.emulator import emulator_process
 from simulator.workload import Call, Task, Workload
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

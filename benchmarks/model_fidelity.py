@@ -29,7 +29,7 @@ from simulator.model.arrivals import fit_arrivals
 from simulator.model.fidelity import compare_workloads
 from simulator.model.fit import fit_model
 from simulator.model.generate import generate
-from simulator.stats import DISPERSION_WINDOWS, index_of_dispersion
+from simulator.model.stats import DISPERSION_WINDOWS, index_of_dispersion
 from simulator.traces import load
 from simulator.workload import Workload
 

@@ -29,7 +29,7 @@ from simulator.workload import Call, Task, Workload  # noqa: E402
 
 EMULATOR = """
 import asyncio, sys
-from simulator.live.emulator import run_emulator
+from simulator.emulator.server import run_emulator
 async def main():
     async with run_emulator(ttft={ttft}, itl={itl}, max_num_seqs=100000) as url:
         print(url, flush=True)
@@ -101,7 +101,7 @@ async def measure(url: str, args: argparse.Namespace) -> Gaps:
 
 
 async def same_process(args: argparse.Namespace) -> Gaps:
-    from simulator.live.emulator import run_emulator
+    from simulator.emulator.server import run_emulator
 
     async with run_emulator(ttft=args.ttft, itl=args.itl, max_num_seqs=100000) as url:
         return await measure(url, args)

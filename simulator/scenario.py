@@ -49,6 +49,11 @@ class WorkloadSpec(_Strict):
     trace: Optional[Union[str, list[str]]] = Field(None, description="Trace file(s) or folder(s); relative to the scenario file.")
     format: Optional[str] = Field(None, description="Trace format (default: detected from content).")
     on_error: Literal["raise", "skip"] = Field("raise", description="Stop at a bad trace record, or skip and count it.")
+    assume_append_only: bool = Field(
+        False,
+        description="For traces without hash ids: assume each call's prompt is the previous prompt + output + what "
+        "was appended (an agent loop's context) and derive prefix hash ids from the token counts (with `trace`).",
+    )
     model: Optional[str] = Field(None, description="Workload model YAML file to generate tasks from; relative to the scenario file.")
     generate: Optional[GenerateOptions] = Field(None, description="Generation options (with `model`).")
     transforms: Optional[TransformSpec] = Field(
@@ -133,7 +138,7 @@ class Scenario(_Strict):
     target: Optional[TargetSpec] = Field(None, description="Server under test (default: the built-in emulator).")
     emulator: dict[str, Any] = Field(
         default_factory=dict,
-        description="Settings of the built-in emulator, used when `target` is absent (simulator.live.emulator."
+        description="Settings of the built-in emulator, used when `target` is absent (simulator.emulator.settings."
         "EmulatorSettings). `profile: NAME|PATH` (a server-profile preset or YAML file, relative to the scenario "
         "file) makes it run the server twin of that profile in real time, as `agentload simulate -p` does; "
         "otherwise `ttft`/`itl` (fixed timing) or `prefill_per_token`/`decode_per_seq`/`decode_base` (batching).",
@@ -174,7 +179,7 @@ class Scenario(_Strict):
 
 def _emulator_settings() -> Optional[set[str]]:
     try:
-        from .live.emulator import EmulatorSettings  # noqa: PLC0415 - keep scenario loading light
+        from .emulator.settings import EmulatorSettings  # noqa: PLC0415 - keep scenario loading light
     except ImportError:
         return None
     return {f.name for f in dataclasses.fields(EmulatorSettings)} | {"host", "port"}
@@ -333,7 +338,7 @@ def load_workload(scenario: Scenario) -> Workload:
         from .traces import load as load_traces
 
         paths = [_resolve(base, p) for p in spec.trace_paths()]
-        workload = load_traces(paths, spec.format, spec.on_error)
+        workload = load_traces(paths, spec.format, spec.on_error, spec.assume_append_only)
     else:
         workload = _generate(scenario, _resolve(base, spec.model))
     if spec.transforms is not None and not spec.transforms.is_identity():

@@ -9,6 +9,8 @@ from simulator.cli import main
 from simulator.traces import formats, load, native
 from simulator.workload import Call, Provenance, SubTask, Task, Workload
 
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "traces" / "claude-code"  # in the repository: missing means broken, never skipped
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
@@ -112,7 +114,7 @@ def test_compare_with_itself(native_file, capsys):
     assert "KS" in capsys.readouterr().out
 
 
-def _raw_counts(folder: Path) -> tuple[int, int, int]:
+def _raw_counts(folder: Path, at_least: int) -> tuple[int, int, int]:
     """Tasks, calls and sub-tasks counted straight from kv-cache-tester JSON files."""
 
     def walk(requests):
@@ -125,29 +127,36 @@ def _raw_counts(folder: Path) -> tuple[int, int, int]:
                 calls += 1
         return calls, subs
 
+    files = sorted(folder.glob("*.json"))
+    assert len(files) >= at_least, f"{folder}: {len(files)} *.json files, expected at least {at_least}"
     tasks = calls = subs = 0
-    for path in sorted(folder.glob("*.json")):
+    for path in files:
         c, s = walk(json.loads(path.read_text())["requests"])
         tasks, calls, subs = tasks + 1, calls + c, subs + s
     return tasks, calls, subs
 
 
-@pytest.mark.skipif(not (SHARED / "weka-claude-code").is_dir(), reason="shared traces not present")
-def test_inspect_weka_counts_match_raw_files(capsys):
-    if "claude-code" not in formats():
-        pytest.skip("claude-code importer not registered")
-    folder = SHARED / "weka-claude-code"
+def test_claude_code_importer_is_registered():
+    assert "claude-code" in formats()
+
+
+@pytest.mark.parametrize("folder, at_least", [
+    pytest.param(SAMPLES, 7, id="samples"),
+    # outside the repository (the shared data folder): the only skip here
+    pytest.param(SHARED / "weka-claude-code", 130, id="shared-weka", marks=pytest.mark.skipif(
+        not (SHARED / "weka-claude-code").is_dir(), reason="shared traces not present")),
+])
+def test_inspect_claude_code_counts_match_raw_files(capsys, folder, at_least):
     data = _json(capsys, ["trace", "inspect", str(folder), "--json"])
-    assert (data["tasks"], data["calls"], data["subtasks"]) == _raw_counts(folder)
+    assert (data["tasks"], data["calls"], data["subtasks"]) == _raw_counts(folder, at_least)
     assert data["subtasks"] > 0
 
 
-@pytest.mark.skipif(not (SHARED / "weka-claude-code").is_dir(), reason="shared traces not present")
 def test_convert_claude_code_file_round_trips(tmp_path, capsys):
-    if "claude-code" not in formats():
-        pytest.skip("claude-code importer not registered")
-    source = SHARED / "weka-claude-code" / "trace_0277.json"
+    source = SAMPLES / "trace_0277.json"  # has sub-agents
     out = tmp_path / "t.jsonl"
     assert main(["trace", "convert", str(source), "-o", str(out)]) == 0
     assert "native format" in capsys.readouterr().out
-    assert load([out]).tasks == load([source]).tasks
+    tasks = load([source]).tasks
+    assert len(tasks) == 1 and len(tasks[0].subtasks) == 4
+    assert load([out]).tasks == tasks

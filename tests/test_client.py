@@ -9,8 +9,9 @@ import pytest
 
 from simulator.behaviour import CallRequest
 import simulator.live.client as client_module
+from simulator.emulator.process import emulator_process
+from simulator.emulator.server import run_emulator
 from simulator.live.client import Client, Target, error_message
-from simulator.live.emulator import emulator_process, run_emulator
 from simulator.workload import Call
 
 

@@ -3,10 +3,12 @@
 import json
 
 from simulator.cli import main
+from simulator.metrics.summary import Summary
 from simulator.report.compare import compare_summaries
 
 
 def _summary(scale: float) -> dict:
+    """A summary.json with a few figures only (as an older version, or a hand-written one, may hold)."""
     return {
         "output_throughput": 100.0 * scale,
         "p50_ttft_ms": 20.0 * scale, "p99_ttft_ms": 50.0 * scale,
@@ -18,7 +20,8 @@ def _summary(scale: float) -> dict:
 
 
 def test_rows_hold_both_values_and_the_ratio_b_over_a():
-    rows = {r["figure"]: r for r in compare_summaries(_summary(1.0), _summary(1.5))}
+    a, b = (Summary.model_validate(_summary(scale)) for scale in (1.0, 1.5))
+    rows = {r["figure"]: r for r in compare_summaries(a, b)}
     assert rows["output tokens/s"]["ratio"] == 1.5
     assert rows["TTFT p99"]["a"] == 50.0 and rows["TTFT p99"]["b"] == 75.0
     assert rows["completion p95"]["ratio"] == 1.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from itertools import pairwise
 from typing import Awaitable, Callable, Optional
 
 import pytest
@@ -92,14 +93,15 @@ async def test_closed_loop_calls_follow_predecessor_end_plus_gap():
     assert result.stop_reason == "completed" and not result.partial
     grouped = by_task(sink.calls)
     assert sorted(grouped) == ["t0", "t1", "t2"]
+    assert len(sink.calls) == len(tasks) * len(gaps)
     for task in tasks:
         records = grouped[task.id]
-        assert [c.call_index for c in records] == [0, 1, 2, 3]
+        assert [(c.call_index, c.attempt, c.ok) for c in records] == [(i, 0, True) for i in range(len(gaps))]
         assert records[0].intended_send == pytest.approx(task.arrival)
-        for prev, cur, gap in zip(records, records[1:], gaps[1:]):
+        for prev, cur, gap in zip(records[:-1], records[1:], gaps[1:], strict=True):
             assert cur.intended_send == pytest.approx(prev.end + gap, abs=1e-9)
             assert cur.actual_send >= prev.end + gap - 1e-9
-    assert {t.task_id for t in sink.tasks} == {"t0", "t1", "t2"}
+    assert sorted(t.task_id for t in sink.tasks) == ["t0", "t1", "t2"]  # one record per task
     for record in sink.tasks:
         assert record.ok and record.calls == 4 and record.calls_planned == 4
         assert record.time_in_gaps == pytest.approx(sum(gaps))
@@ -148,23 +150,35 @@ async def test_open_loop_arrivals_keep_schedule_when_server_is_slow():
 
     tasks = tuple(chain(f"t{i}", [0.0], arrival=0.01 * i) for i in range(n))
     sink, _, _ = await drive(Workload(tasks), hook=hook)
+    calls = by_task(sink.calls)
+    assert sorted(calls) == [t.id for t in tasks] and len(sink.calls) == n  # one call per task
     first_end = min(c.end for c in sink.calls)
-    for task, record in zip(tasks, sorted(sink.calls, key=lambda c: c.task_id)):
+    for task in tasks:
+        (record,) = calls[task.id]
         assert record.intended_send == pytest.approx(task.arrival)
         assert record.actual_send <= first_end
 
 
 async def test_max_in_flight_queues_arrivals_and_reports_their_lag():
-    tasks = tuple(chain(f"t{i}", [0.0, 0.0], arrival=0.0) for i in range(3))
-    sink, _, _ = await drive(Workload(tasks), max_in_flight=1)
-    records = {t.task_id: t for t in sink.tasks}
-    ordered = sorted(records.values(), key=lambda t: t.end)
+    n = 3
+    tasks = tuple(chain(f"t{i}", [0.0, 0.0], arrival=0.0) for i in range(n))
+    sink, _, result = await drive(Workload(tasks), max_in_flight=1)
+    assert result.stop_reason == "completed" and result.tasks_started == n
+    # every task ran to its end, once: n task records and 2 calls each
+    assert sorted(t.task_id for t in sink.tasks) == [t.id for t in tasks]
+    assert all(t.ok and t.calls == 2 for t in sink.tasks)
     calls = by_task(sink.calls)
-    for earlier, later in zip(ordered, ordered[1:]):
+    assert sorted(calls) == [t.id for t in tasks]
+    assert all([c.call_index for c in records] == [0, 1] for records in calls.values())
+    ordered = sorted(sink.tasks, key=lambda t: t.end)
+    pairs = list(pairwise(ordered))
+    assert len(pairs) == n - 1
+    for earlier, later in pairs:
         first = calls[later.task_id][0]
+        # queued behind the task before it: sent only once that one ended, and the wait is client lag
         assert first.actual_send >= earlier.end
         assert first.intended_send == 0.0
-        assert first.client_lag >= earlier.end - 1e-9
+        assert first.client_lag >= earlier.end - 1e-9 > 0
         assert later.client_lag >= first.client_lag - 1e-9
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from simulator.emulator.server import run_emulator
 from simulator.live import eager_writes
 from simulator.live.client import Client, Target
-from simulator.live.emulator import run_emulator
 from simulator.behaviour import CallRequest
 from simulator.workload import Call
 

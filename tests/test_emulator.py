@@ -7,16 +7,12 @@ import time
 import aiohttp
 import pytest
 
+from simulator.emulator.faults import parse_fault
+from simulator.emulator.prefix_cache import PrefixCache
+from simulator.emulator.server import Emulator, run_emulator
+from simulator.emulator.settings import EmulatorSettings
+from simulator.emulator.timing import BatchTiming, FixedTiming, TimingModel
 from simulator.errors import InputError
-from simulator.live.emulator import (
-    BatchTiming,
-    Emulator,
-    EmulatorSettings,
-    FixedTiming,
-    PrefixCache,
-    parse_fault,
-    run_emulator,
-)
 
 
 async def post(url, path, body, headers=None):
@@ -310,3 +306,77 @@ async def test_batch_timing_respects_max_num_seqs():
         assert timing.steps >= 8
     finally:
         await timing.close()
+
+
+class DeclaringTiming(TimingModel):
+    """A timing model declaring every capability: all tokens at once, its own 'prefix cache' that
+    reports 7 cached tokens, a context of 64 tokens, lateness, stats and metrics."""
+
+    max_model_len = 64
+    keeps_prefix_cache = True
+
+    def __init__(self):
+        self.prompts = []
+        self.lateness = [0.002, 0.004]
+
+    def submit(self, arrival, prompt_tokens, uncached_tokens, output_tokens, emit, prompt_ids=None):
+        self.prompts.append((prompt_tokens, uncached_tokens, list(prompt_ids)))
+        future = asyncio.get_running_loop().create_future()
+
+        def all_tokens():
+            emit(output_tokens)
+            future.set_result(7)
+
+        asyncio.get_running_loop().call_soon(all_tokens)
+        return future
+
+    async def close(self):
+        pass
+
+    def stats(self):
+        return {"declared": {"prompts": len(self.prompts)}}
+
+    def metrics_text(self, model):
+        return f'vllm:num_requests_running{{model_name="{model}"}} 0.0\n'
+
+
+async def test_the_server_uses_what_a_timing_model_declares():
+    timing = DeclaringTiming()
+    emulator = Emulator(EmulatorSettings(model="m", max_model_len=4096), timing=timing)
+    async with emulator:
+        url = emulator.url
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "/v1/models") as resp:
+                assert (await resp.json())["data"][0]["max_model_len"] == 64
+            async with session.get(url + "/metrics") as resp:
+                assert resp.status == 200 and (await resp.text()) == 'vllm:num_requests_running{model_name="m"} 0.0\n'
+            async with session.get(url + "/agentload/stats") as resp:
+                stats = await resp.json()
+        status, raw = await post(url, "/v1/completions", {"prompt": list(range(20, 85)), "max_tokens": 1})
+        assert status == 400 and "maximum context length is 64 tokens" in json.loads(raw)["error"]["message"]
+        prompt = list(range(20, 52))  # two blocks, sent twice: the server's own cache would find 16
+        for _ in range(2):
+            status, raw = await post(url, "/v1/completions", {"prompt": prompt, "max_tokens": 100})
+            usage = json.loads(raw)["usage"]
+            assert status == 200 and usage["prompt_tokens_details"]["cached_tokens"] == 7
+        assert usage["completion_tokens"] == 64 - 32  # capped by the declared context
+    assert stats["declared"] == {"prompts": 0}
+    assert stats["emit_lateness"]["count"] == 2 and stats["emit_lateness"]["max"] == 0.004
+    # the model's own cache: every prompt arrives whole, with its token ids
+    assert timing.prompts == [(32, 32, prompt), (32, 32, prompt)]
+
+
+async def test_a_timing_model_declaring_nothing_gets_no_metrics_and_no_lateness():
+    emulator = Emulator(EmulatorSettings(max_model_len=4096), timing=BatchTiming(0.0, 0.0))
+    async with emulator:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(emulator.url + "/metrics") as resp:
+                assert resp.status == 404
+        prompt = list(range(20, 52))
+        cached = []
+        for _ in range(2):
+            status, raw = await post(emulator.url, "/v1/completions", {"prompt": prompt, "max_tokens": 2})
+            cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
+    assert cached == [0, 16]  # the server's own prefix cache
+    assert set(emulator.stats()) == {"requests", "connections_opened", "max_active_streams"}
+    assert emulator.settings.max_model_len == 4096

@@ -14,9 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "traces" / "claude-code"
 WEKA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "weka-claude-code"
 needs_weka = pytest.mark.skipif(not WEKA.is_dir(), reason="shared Weka traces not present")
+SAMPLE_FILES = 7  # traces/claude-code/*.json in the repository
+WEKA_FILES = 130  # shared/traces/weka-claude-code/*.json (see its SOURCES.md)
 
 
-def _raw_counts(folder: Path) -> tuple[int, int, int]:
+def _json_files(folder: Path, at_least: int) -> list[Path]:
+    """The folder's *.json files, failing (not passing vacuously) when fewer than expected are there."""
+    files = sorted(folder.glob("*.json"))
+    assert len(files) >= at_least, f"{folder}: {len(files)} *.json files, expected at least {at_least}"
+    return files
+
+
+def _raw_counts(folder: Path, at_least: int) -> tuple[int, int, int]:
     """(files, requests including nested sub-agent requests, sub-agent entries), straight from JSON."""
     calls = subs = 0
 
@@ -29,7 +38,7 @@ def _raw_counts(folder: Path) -> tuple[int, int, int]:
             else:
                 calls += 1
 
-    files = sorted(folder.glob("*.json"))
+    files = _json_files(folder, at_least)
     for file in files:
         walk(json.loads(file.read_text())["requests"])
     return len(files), calls, subs
@@ -42,8 +51,8 @@ def _parent_requests(file: Path) -> list[dict]:
 @needs_weka
 def test_whole_shared_folder_counts_match_the_raw_json_and_round_trip(tmp_path):
     workload = load([WEKA])
-    assert workload.counts() == _raw_counts(WEKA)
-    assert {t.id for t in workload.tasks} == {p.stem for p in WEKA.glob("*.json")}
+    assert workload.counts() == _raw_counts(WEKA, WEKA_FILES)
+    assert {t.id for t in workload.tasks} == {p.stem for p in _json_files(WEKA, WEKA_FILES)}
     assert workload.provenance[0].format == "claude-code"
     out = tmp_path / "weka.jsonl"  # about 100 MB: removed at once
     try:
@@ -56,7 +65,7 @@ def test_whole_shared_folder_counts_match_the_raw_json_and_round_trip(tmp_path):
 @needs_weka
 def test_every_parent_call_carries_its_request_fields():
     tasks = {t.id: t for t in load([WEKA]).tasks}
-    for file in sorted(WEKA.glob("*.json")):
+    for file in _json_files(WEKA, WEKA_FILES):
         task = tasks[file.stem]
         raw = _parent_requests(file)
         assert [c.input_tokens for c in task.calls] == [r["in"] for r in raw]
@@ -126,7 +135,7 @@ def test_global_scope_keeps_ids(tmp_path):
 
 def test_samples_round_trip_through_native(tmp_path):
     workload = load([SAMPLES])
-    assert workload.counts() == _raw_counts(SAMPLES)
+    assert workload.counts() == _raw_counts(SAMPLES, SAMPLE_FILES)
     out = tmp_path / "w.jsonl"
     native.write(workload, out)
     again = load([out])

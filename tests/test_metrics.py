@@ -1,6 +1,7 @@
 """Histograms, result files and the summary: encoded histograms decode to the same counts, field names
-follow `vllm bench serve`, the window excludes warm-up, SLO goodput counts the right items, and a
-summary rebuilt from the JSONL records matches the one written at the end."""
+follow `vllm bench serve` and summary.json keeps its keys and their order, the window excludes warm-up,
+SLO goodput counts the right items, a summary rebuilt from the JSONL records matches the one written at
+the end, and a summary.json (whole or partial) loads back to the same JSON."""
 
 from __future__ import annotations
 
@@ -15,12 +16,27 @@ from simulator.metrics import results
 from simulator.metrics.records import CallRecord, TaskRecord
 from simulator.metrics.results import ResultWriter, Window
 from simulator.metrics.slo import PercentileTarget, Slo
-from simulator.metrics.summary import rebuild, summarize
+from simulator.metrics.folder import run_info, write_summary
+from simulator.metrics.summary import SimulationStats, Summary, load_summary, rebuild, summarize
 
 VLLM_FIELDS = ["completed", "total_input_tokens", "total_output_tokens", "request_throughput",
                "output_throughput", "total_token_throughput"] + [
     f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
     for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99", "p99.9")]
+
+# summary.json's layout, key for key and in order (what readers of older result folders rely on)
+TOP_KEYS = (["agentload_summary", "partial", "stop_reason", "duration", "window", "completed", "failed"]
+            + VLLM_FIELDS[1:6] + ["total_cached_tokens"] + VLLM_FIELDS[6:]
+            + ["client_lag_ms", "errors", "calls", "tasks", "slo"])
+CALL_KEYS = ["attempts", "ok", "failed_attempts", "cancelled", "excluded_by_window", "planned", "not_done"]
+TASK_KEYS = ["completed", "failed", "cancelled", "finished_all", "sub_tasks_finished", "excluded_by_window",
+             "throughput_per_hour", "completion_time_s", "breakdown_s", "by_class", "planned", "not_started",
+             "goodput_per_hour", "slo_met_share"]
+CLASS_KEYS = ["completed", "failed", "throughput_per_hour", "completion_time_s", "goodput_per_hour"]
+TIME_KEYS = ["mean", "std", "median", "max", "p50", "p90", "p95", "p99", "p99.9"]
+BREAKDOWN_KEYS = ["total", "in_calls", "ttft", "decode", "gaps", "client_lag", "other"]
+SLO_KEYS = ["ttft_ms", "tpot_ms", "task_s", "calls_meeting_ttft", "calls_meeting_tpot", "calls_meeting_all",
+            "call_goodput"]
 
 
 def call(task: str, index: int, send: float, ttft: float, latency: float, out: int = 11, ok: bool = True,
@@ -60,7 +76,8 @@ def test_summary_uses_vllm_field_names_and_counts():
     summary, hist = summarize(calls, tasks, planned={"tasks": 2, "calls": 3, "subtasks": 0})
     for name in VLLM_FIELDS:
         assert name in summary, name
-    assert summary["completed"] == 2 and summary["failed"] == 1
+    assert summary.completed == 2 and summary.failed == 1
+    assert summary.ttft.median == summary["median_ttft_ms"]
     assert summary["total_output_tokens"] == 22 and summary["total_input_tokens"] == 200
     assert summary["median_ttft_ms"] == pytest.approx(100, rel=1e-3)
     assert summary["p99_ttft_ms"] == pytest.approx(200, rel=1e-3)
@@ -139,3 +156,104 @@ def test_reader_tolerates_a_line_cut_by_a_crash_but_not_a_bad_middle_line(tmp_pa
     with pytest.raises(InputError) as err:
         results.read_calls(tmp_path)
     assert err.value.line == 1 and "calls.jsonl" in str(err.value)
+
+
+def layout_records() -> tuple[list[CallRecord], list[TaskRecord]]:
+    """Calls with cached tokens, a failure and a cancellation; two task classes and a sub-task."""
+    calls = [call("a", 0, 0.0, 0.1, 0.5, cls="x"), call("a", 1, 1.0, 0.2, 0.7, cls="x"),
+             call("b", 0, 0.5, 0.3, 0.4, cls="y"), call("c", 0, 0.6, 0.0, 0.1, ok=False, error="http_5xx"),
+             call("c", 0, 0.8, 0.0, 0.1, ok=False, error="cancelled"), call("a-sub", 0, 0.2, 0.05, 0.2, cls="x")]
+    calls = [c if not c.ok else CallRecord(**{**results.record_dict(c), "cached_tokens": 64}) for c in calls]
+    tasks = [task("a", 0.0, 1.7, cls="x"), task("b", 0.5, 0.9, cls="y"), task("c", 0.6, 0.9, ok=False),
+             task("a-sub", 0.2, 0.4, cls="x", parent="a")]
+    return calls, tasks
+
+
+def test_summary_json_keeps_its_keys_and_their_order():
+    calls, tasks = layout_records()
+    slo = Slo(ttft_ms=PercentileTarget(p99=250), tpot_ms=PercentileTarget(p50=20, p99=60),
+              task_s=PercentileTarget(p90=1.5))
+    summary, _ = summarize(calls, tasks, slo=slo, planned={"tasks": 4, "calls": 6, "subtasks": 1})
+    data = summary.to_dict()
+    assert list(data) == TOP_KEYS
+    assert list(data["window"]) == ["start", "end"] and list(data["client_lag_ms"]) == ["mean", "p50", "p99", "max"]
+    assert list(data["calls"]) == CALL_KEYS and list(data["tasks"]) == TASK_KEYS
+    assert list(data["tasks"]["completion_time_s"]) == TIME_KEYS
+    assert list(data["tasks"]["breakdown_s"]) == BREAKDOWN_KEYS
+    assert list(data["tasks"]["by_class"]) == ["default", "x", "y"]
+    assert all(list(entry) == CLASS_KEYS for entry in data["tasks"]["by_class"].values())
+    assert list(data["slo"]) == SLO_KEYS
+    assert list(data["slo"]["tpot_ms"]) == ["percentiles", "item_bound", "met"]
+    assert list(data["slo"]["tpot_ms"]["percentiles"]) == ["p50", "p99"]
+    assert list(data["slo"]["tpot_ms"]["percentiles"]["p99"]) == ["bound", "measured", "met"]
+    # values from the records
+    ok = [c for c in calls if c.ok]
+    assert data["total_cached_tokens"] == 64 * len(ok)
+    assert data["duration"] == pytest.approx(max(c.end for c in calls))
+    assert data["errors"] == {"http_5xx": 1, "cancelled": 1}
+    assert data["calls"]["not_done"] == 6 - len({(c.task_id, c.call_index) for c in ok})
+    assert data["tasks"]["not_started"] == 4 - 3 and data["tasks"]["sub_tasks_finished"] == 1
+    done = [t for t in tasks if t.ok and t.parent_id is None]
+    assert data["tasks"]["breakdown_s"]["decode"] == pytest.approx(
+        sum(t.time_in_calls - t.time_in_ttft for t in done) / len(done))
+    assert data["slo"]["calls_meeting_ttft"] == pytest.approx(sum(c.ttft <= 0.25 for c in ok) / len(ok))
+    # HdrHistogram's percentiles are nearest-rank: the value at or above that share of the counts
+    p50 = float(np.percentile([c.latency for c in ok], 50, method="inverted_cdf"))
+    assert data["p50_e2el_ms"] == pytest.approx(1000 * p50, rel=1e-3)
+
+
+def test_parts_left_out_are_not_written():
+    calls, tasks = layout_records()
+    calls = [CallRecord(**{**results.record_dict(c), "cached_tokens": None}) for c in calls]
+    data = summarize(calls, tasks)[0].to_dict()
+    assert list(data) == [k for k in TOP_KEYS if k != "total_cached_tokens"]
+    assert list(data["calls"]) == CALL_KEYS[:-2] and list(data["tasks"]) == TASK_KEYS[:-4]
+    assert data["slo"] == {} and "goodput_per_hour" not in data["tasks"]["by_class"]["x"]
+
+
+def test_a_summary_json_loads_back_to_the_same_json(tmp_path):
+    calls, tasks = layout_records()
+    summary, _ = summarize(calls, tasks, slo=Slo(ttft_ms=PercentileTarget(p99=250)), planned={"tasks": 4, "calls": 6})
+    summary.scenario, summary.result_dir = "layout", str(tmp_path)
+    summary.server = {"scraped": False, "interval_s": None, "note": "no /metrics"}
+    results.write_json(tmp_path, results.SUMMARY_FILE, summary.to_dict())
+    written = (tmp_path / results.SUMMARY_FILE).read_text()
+    loaded = load_summary(tmp_path)
+    assert json.dumps(loaded.to_dict(), indent=1) == written
+    assert loaded.ttft.p99_9 == summary["p99.9_ttft_ms"] and loaded.slo.ttft_ms.percentiles["p99"].bound == 250
+    # a summary.json with a few figures, or keys this version does not know, loads and dumps as it was
+    partial = {"p50_ttft_ms": 20.0, "tasks": {"by_class": {"x": {"completed": 2}}}, "newer_figure": 1}
+    loaded = Summary.model_validate(partial)
+    assert loaded.to_dict() == partial and loaded.ttft.p50 == 20.0 and loaded.tasks.by_class["x"].completed == 2
+    (tmp_path / results.SUMMARY_FILE).write_text(json.dumps({"tasks": {"completed": "many"}}))
+    with pytest.raises(InputError, match="bad summary"):
+        load_summary(tmp_path)
+
+
+def test_write_summary_finishes_the_folder_as_both_runners_do(tmp_path):
+    calls, tasks = layout_records()
+    window, planned = Window(0.0, None), {"tasks": 4, "calls": 6, "subtasks": 1}
+    with ResultWriter(tmp_path, window) as writer:
+        writer.write_run_info(run_info({"scenario": "layout"}, window, planned))
+        for c in calls:
+            writer.call(c)
+        for t in tasks:
+            writer.task(t)
+    info = results.read_json(tmp_path, results.RUN_FILE)
+    assert list(info) == ["scenario", "started_at", "window", "planned"] and info["planned"] == planned
+    seen = []
+
+    def sections(calls_read, tasks_read):
+        seen.append((calls_read, tasks_read))
+        return {"scenario": "layout", "simulation": SimulationStats(profile="p", steps=3)}
+
+    summary = write_summary(tmp_path, window=window, slo=Slo(), planned=planned, itl=None, sections=sections)
+    assert seen == [(calls, tasks)]
+    assert list(summary.to_dict())[-3:] == ["scenario", "simulation", "result_dir"]
+    assert json.loads((tmp_path / results.SUMMARY_FILE).read_text()) == json.loads(json.dumps(summary.to_dict()))
+    assert summary.to_dict() == {**summarize(calls, tasks, planned=planned)[0].to_dict(), "scenario": "layout",
+                                 "simulation": {"profile": "p", "steps": 3}, "result_dir": str(tmp_path)}
+    assert H.load(tmp_path / results.HISTOGRAMS_FILE)["task_completion[x]"].get_total_count() == 1
+    with pytest.raises(ValueError, match="not a section"):
+        write_summary(tmp_path, window=window, slo=Slo(), planned=planned, itl=None,
+                      sections=lambda c, t: {"servers": {}})

@@ -7,7 +7,7 @@ from simulator.model.arrivals import (
     MMPP2, ArrivalFit, EmpiricalArrivals, GammaRenewal, Modulated, Piecewise, Poisson, fit_arrivals, fit_mmpp2,
 )
 from simulator.model.dists import Discrete
-from simulator.stats import index_of_dispersion
+from simulator.model.stats import index_of_dispersion
 
 _MODULATED = Modulated(
     curve=Piecewise(bin_seconds=60.0, rates=[1.0, 0.0, 3.0, 0.5]),

@@ -9,10 +9,10 @@ import yaml
 
 from simulator.errors import InputError
 from simulator.model.dists import fit_empirical
-from simulator.model.fit import fit_model
-from simulator.model.generate import generate
+from simulator.model.fit import LENGTH_BUCKETS, POSITION_BUCKETS, bucket_of, fit_model
+from simulator.model.generate import _buckets_of, generate
 from simulator.model.schema import dump_model, load_model, validate_model
-from simulator.stats import workload_samples
+from simulator.model.stats import workload_samples
 from simulator.traces import native
 from simulator.workload import Call, SubTask, Task, Workload, appended_tokens
 
@@ -285,3 +285,9 @@ def test_tasks_of_all_classes_start_in_arrival_order(model):
     switches = sum(a != b for a, b in zip(classes, classes[1:]))
     assert switches > 20
     assert generate(two, duration=200.0, seed=3, rate=2.0) == w
+
+
+@pytest.mark.parametrize("buckets, first", [(POSITION_BUCKETS, 0), (LENGTH_BUCKETS, 1)])
+def test_generate_puts_calls_in_the_buckets_fit_fitted_them_in(buckets, first):
+    values = np.arange(first, 2 * max(buckets) + 2)
+    assert _buckets_of(np.asarray(buckets), values).tolist() == [bucket_of(int(v), buckets) for v in values]

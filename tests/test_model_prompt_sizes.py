@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.model.fit import fit_model
-from simulator.model.generate import generate
+from simulator.model.generate import _ReuseDraws, _prompt_sizes, generate
 from simulator.model.schema import RewritePairs, TaskStarts
 from simulator.workload import Call, Task, Workload
 
@@ -46,8 +46,13 @@ def recorded() -> Workload:
 
 
 @pytest.fixture(scope="module")
-def generated(recorded) -> Workload:
-    return generate(fit_model(recorded, allow_fallback=True), tasks=400, seed=1, rate=1.0)
+def model(recorded):
+    return fit_model(recorded, allow_fallback=True)
+
+
+@pytest.fixture(scope="module")
+def generated(model) -> Workload:
+    return generate(model, tasks=400, seed=1, rate=1.0)
 
 
 def test_first_prompt_follows_the_number_of_calls(generated):
@@ -99,3 +104,14 @@ def test_neighbours_are_the_closest_lengths():
     assert set(got[:200]) == {100, 200}
     assert set(got[200:400]) == {1000, 1100}
     assert set(got[400:]) == {1100, 5000}
+
+
+def test_a_turn_past_the_peak_drops_the_head_blocks_it_needs_to_append_in_full(model):
+    # One task, first prompt 100 tokens, peak 1.5 times that: the third call, keeping all 15 blocks and
+    # appending 50, would reach 200 > 150, so it keeps 10 blocks and still appends its 50.
+    structure = model.classes["agent"].structure.model_copy(update={"block_size": 10, "context_limit": 10**6})
+    appended = np.array([100.0, 50.0, 50.0])
+    keep_all = _ReuseDraws(fraction=np.zeros(3), appended=np.zeros(3), full=np.ones(3, dtype=bool))
+    inputs, shared = _prompt_sizes(structure, np.array([3]), np.array([0, 3]), appended, keep_all, np.array([1.5]))
+    assert inputs.tolist() == [100, 150, 150]
+    assert shared.tolist() == [0, 10, 10]

@@ -5,7 +5,7 @@ followed by a long gap whatever the task's length."""
 import numpy as np
 import pytest
 
-from simulator.model.fit import fit_model
+from simulator.model.fit import _partial_reuse, fit_model
 from simulator.model.generate import _lookup, generate
 from simulator.model.schema import Cell
 from simulator.model.dists import Constant
@@ -112,3 +112,17 @@ def test_gaps_after_an_end_of_turn_stay_long_in_every_length_class(model):
         gaps = [c.gap for t in w.tasks if len(t.calls) in n_calls for p, c in zip(t.calls, t.calls[1:])
                 if p.stop_reason == "end_turn"]
         assert np.median(gaps) == pytest.approx(np.exp(4.0), rel=0.25)
+
+
+def test_a_partial_reuse_keeps_the_shared_share_of_the_previous_ids():
+    prev = Call(input_tokens=4 * BS, output_tokens=1, hash_ids=(1, 2, 3, 4), block_size=BS)
+
+    def call(ids, inp=5 * BS, bs=BS):
+        return Call(input_tokens=inp, output_tokens=1, gap=1.0, hash_ids=ids, block_size=bs)
+
+    assert _partial_reuse(call((1, 2, 3, 4, 5)), prev, BS) is None
+    assert _partial_reuse(call((1, 2, 9, 10, 11)), prev, 3 * BS) == (0.5, 3 * BS)
+    assert _partial_reuse(call((9, 10, 11, 12, 13)), prev, 5 * BS) == (0.0, 5 * BS)
+    # Ids of another block size do not compare: only a shorter prompt is a partial reuse, appending nothing.
+    assert _partial_reuse(call((1, 2), inp=3 * BS, bs=2 * BS), prev, 3 * BS) == (0.75, 0.0)
+    assert _partial_reuse(call((9, 10, 11), inp=6 * BS, bs=2 * BS), prev, 2 * BS) is None

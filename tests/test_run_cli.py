@@ -117,20 +117,19 @@ async def test_sigint_ends_the_run_with_partial_results(tmp_path):
 
     summary, outcome = await run_scenario(scen, sc.load_workload(scen), out, on_progress=on_progress)
     assert interrupted and outcome.stop_reason == "interrupted"
-    assert summary["partial"] is True and (out / "summary.json").exists()
+    assert summary.partial is True and (out / "summary.json").exists()
     calls = results.read_calls(out)
     cancelled = [c for c in calls if c.error_class == "cancelled"]
     assert cancelled, "calls in flight at the interruption are recorded as cancelled"
-    assert summary["calls"]["attempts"] == len(calls)
-    assert summary["calls"]["ok"] == sum(1 for c in calls if c.ok) >= 2
-    assert summary["calls"]["ok"] + summary["calls"]["not_done"] == workload.counts()[1]
+    assert summary.calls.attempts == len(calls)
+    assert summary.calls.ok == sum(1 for c in calls if c.ok) >= 2
+    assert summary.calls.ok + summary.calls.not_done == workload.counts()[1]
     tasks = results.read_tasks(out)
     assert any(t.error_class == "cancelled" for t in tasks)
-    assert summary["tasks"]["cancelled"] >= 1
+    assert summary.tasks.cancelled >= 1
 
 
 def test_quickstart_runs_shortened(tmp_path, capsys):
-    pytest.importorskip("simulator.transforms", reason="quickstart needs the workload transforms")
     out = tmp_path / "quick"
     code = main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "-o", str(out), "--no-progress",
                  "--set", "run.max_tasks=2", "--set", "workload.stagger=0.1",
@@ -161,6 +160,7 @@ def test_progress_view_and_partial_banner_render():
 
     from simulator.live.runner import Progress
     from simulator.metrics.results import LiveCounters
+    from simulator.metrics.summary import Summary
     from simulator.report.progress import ProgressView
     from simulator.report.terminal import render
 
@@ -174,5 +174,5 @@ def test_progress_view_and_partial_banner_render():
     console.print(view)
     line = console.export_text()
     assert "tasks 3/8 done, 2 in flight, 3 to arrive" in line and "500 out tok/s" in line and "http_5xx 1" in line
-    console.print(render({"partial": True, "stop_reason": "interrupted", "tasks": {}}))
+    console.print(render(Summary(partial=True, stop_reason="interrupted")))
     assert "PARTIAL RESULTS: interrupted" in console.export_text()

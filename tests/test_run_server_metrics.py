@@ -11,11 +11,13 @@ from aiohttp import web
 
 from simulator import scenario as sc
 from simulator.cli import main
-from simulator.live.emulator import Emulator, EmulatorSettings
+from simulator.emulator.server import Emulator
+from simulator.emulator.settings import EmulatorSettings
 from simulator.live.runner import run_scenario
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
 from simulator.metrics.records import CallRecord, TaskRecord
+from simulator.metrics.summary import Summary
 from simulator.report.terminal import render
 from simulator.traces.native import write
 from simulator.workload import Call, SubTask, Task, Workload
@@ -78,7 +80,7 @@ async def test_run_scrapes_metrics_and_joins_them_with_tasks(tmp_path):
     finally:
         await emulator.stop()
     planned_calls = workload().counts()[1]
-    server = summary["server"]
+    server = summary.server
     assert server["scraped"] is True and server["interval_s"] == 0.05
     timeline = server["timeline"]
     assert timeline["failed_scrapes"] == 0 and timeline["samples"] >= 2
@@ -123,7 +125,7 @@ def test_report_shows_the_server_section(tmp_path, capsys):
             interval_s=1.0),
     }
     console = Console(width=140, record=True)
-    console.print(render(summary))
+    console.print(render(Summary.model_validate(summary)))
     text = console.export_text()
     assert "Server /metrics: 7 scrapes every 1 s, 0 failed" in text
     assert "KV-cache usage" in text and "50.00%" in text
@@ -160,9 +162,9 @@ async def test_metrics_false_turns_the_probe_off(tmp_path):
         summary, _ = await run_scenario(scenario, sc.load_workload(scenario), tmp_path / "r", handle_sigint=False)
     finally:
         await emulator.stop()
-    assert summary["server"]["scraped"] is False
-    assert summary["server"]["note"] == "server metrics off (target.metrics: false)"
-    assert summary["calls"]["ok"] == summary["calls"]["planned"]
+    assert summary.server["scraped"] is False
+    assert summary.server["note"] == "server metrics off (target.metrics: false)"
+    assert summary.calls.ok == summary.calls.planned
 
 
 def test_task_rows_without_usage_or_timeline_are_empty_values():
@@ -195,8 +197,8 @@ async def test_gpu_sampling_adds_gpu_series_or_a_note_and_the_run_goes_on(tmp_pa
         summary, _ = await run_scenario(scenario, sc.load_workload(scenario), tmp_path / "r", handle_sigint=False)
     finally:
         await emulator.stop()
-    server = summary["server"]
-    assert server["scraped"] is True and summary["calls"]["ok"] == summary["calls"]["planned"]
+    server = summary.server
+    assert server["scraped"] is True and summary.calls.ok == summary.calls.planned
     if server.get("note"):  # no nvidia-ml-py, no driver or no GPU here
         assert server["note"].startswith("GPU sampl")
     else:

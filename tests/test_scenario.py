@@ -115,7 +115,6 @@ def test_shipped_scenarios_are_valid_and_self_contained():
 
 
 def test_quickstart_loads_its_workload():
-    pytest.importorskip("simulator.transforms", reason="quickstart needs the workload transforms")
     s = sc.load(ROOT / "scenarios" / "quickstart.yaml")
     workload = sc.load_workload(s)
     assert len(workload.tasks) >= 3

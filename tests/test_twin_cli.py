@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from simulator.cli import main
-from simulator.live.emulator import run_emulator
+from simulator.emulator.server import run_emulator
 from simulator.sim.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The emulator backed by the server twin in real time (`simulator.live.twin_timing`): a live replay
+"""The emulator backed by the server twin in real time (`simulator.emulator.twin_timing`): a live replay
 against it agrees with `simulate` on the same profile; queueing, prefix hits and preemption show."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import pytest
 import yaml
 
 from simulator import scenario as sc
+from simulator.emulator.prefix_cache import block_hash_ids
+from simulator.emulator.server import Emulator
+from simulator.emulator.settings import EmulatorSettings
+from simulator.emulator.twin_timing import TwinTiming
 from simulator.errors import InputError
-from simulator.live.emulator import Emulator, EmulatorSettings
 from simulator.live.probes import parse_metrics
 from simulator.live.runner import run_scenario
-from simulator.live.twin_timing import TwinTiming, block_hash_ids
 from simulator.metrics import results
 from simulator.sim.profile import load_profile
 from simulator.sim.runner import simulate_to_folder
@@ -193,7 +195,6 @@ def test_the_profile_sets_the_context_length_and_bad_profiles_are_input_errors(t
 
 
 def test_quickstart_runs_a_twin_whose_context_holds_every_call():
-    pytest.importorskip("simulator.transforms", reason="quickstart needs the workload transforms")
     root = Path(__file__).resolve().parents[1]
     scenario = sc.load(root / "scenarios" / "quickstart.yaml")
     profile = load_profile(scenario.emulator["profile"])

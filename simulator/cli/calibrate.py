@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..sim.calibrate import SweepPoint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,8 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    import statistics
-
     from ..errors import InputError
     from ..sim.calibrate import design_sweep, fit, fit_report, measure_on_twin
     from ..sim.profile import load_profile
@@ -59,10 +61,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
         source = f"twin of {base.name}"
         conditions = "exact"
     else:
-        reduce = statistics.median if args.statistic == "median" else min
         load_before = _load_average()
-        measured = _measure_live(args.target, args.model, args.vocab_size, points, args.repeat, reduce,
-                                 base.kv_cache.block_size)
+        measured = _measure_live(args, points, base.kv_cache.block_size)
         source = args.target
         conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
                       f"{_load_average()} after")
@@ -79,77 +79,25 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_live(url, model, vocab_size, points, repeat, reduce, block_size, seed=0) -> list[float]:
-    """Each point's burst sent `repeat` times to the server, in shuffled rounds; per point, the reduced
-    value of its TTFT (prefill) or mean end-to-end latency (decode). A cached point's prompts are made
-    of `block_size` blocks (the server's) of their own hash ids, and sent once untimed before the burst."""
+def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size: int) -> list[float]:
+    """The sweep measured on --target, each point's repeats reduced by --statistic; the rounds and
+    every point's measurements shown on stderr."""
     import asyncio
-    import os
-    import time
+    import statistics
 
-    import numpy as np
+    from ..live.calibration import measure_sweep
+    from ..live.client import Target
 
-    from ..behaviour import CallRequest
-    from ..errors import InputError
-    from ..live.client import Client, Target
-    from ..live.prompts import stable_id
-    from ..sim.calibrate import cached_prompts
-    from ..workload import Call
-
-    def check(done) -> list:
-        """The call records of a burst's sends; InputError at the first that failed."""
-        records = [record for record, _ in done]
-        for r in records:
-            if not r.ok:
-                raise InputError(f"calibration call failed: {r.error_class}: {r.error_message}", file=url)
-        return records
-
-    async def burst(client, index, point, attempt) -> float:
-        # The nonce keeps prompts unique across runs against one server: no prefix-cache hits, but
-        # for a cached point's own warm-up.
-        key = f"calibrate-{nonce}-{index}-{attempt}"
-        calls = [Call(point.input_tokens, point.output_tokens)] * point.concurrency
-        if point.cached:
-            prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
-            calls = [Call(point.input_tokens, point.output_tokens, hash_ids=ids, block_size=block_size)
-                     for ids in prompts]
-            warm_ups = [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
-                                    Call(point.input_tokens, 1, hash_ids=ids, block_size=block_size))
-                        for i, ids in enumerate(prompts)]
-            now = time.perf_counter() - client.t0
-            check(await asyncio.gather(*(client.send(r, now) for r in warm_ups)))
-        requests = [CallRequest(f"{key}-{i}", "calibrate", 0, call) for i, call in enumerate(calls)]
-        if point.idle:
-            await asyncio.sleep(point.idle)  # a pause to time: nothing else runs on this loop meanwhile
-        now = time.perf_counter() - client.t0
-        records = check(await asyncio.gather(*(client.send(r, now) for r in requests)))
-        if point.kind == "prefill":
-            return sum(r.ttft for r in records) / len(records)
-        # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves
-        # the first token late and shortens the gaps, but not the end.
-        return sum(r.latency for r in records) / len(records)
-
-    nonce = f"{os.getpid()}-{time.time_ns()}"
-
-    async def run() -> list[float]:
-        # Each round measures every point once, in a new seeded random order: a drift of the server's
-        # speed (other work on a shared machine) spreads over all terms instead of biasing the terms
-        # measured last.
-        rng = np.random.default_rng(seed)
-        samples: list[list[float]] = [[] for _ in points]
-        async with Client(Target(base_url=url, model=model, vocab_size=vocab_size), time.perf_counter()) as client:
-            await burst(client, -1, points[0], 0)  # warm-up
-            for attempt in range(repeat):
-                for index in rng.permutation(len(points)):
-                    samples[index].append(await burst(client, int(index), points[index], attempt))
-                print(f"  round {attempt + 1} of {repeat} done", file=sys.stderr)
-        values = [reduce(s) for s in samples]
-        for point, value, s in zip(points, values, samples):
-            spread = "  ".join(f"{v * 1e3:.1f}" for v in s)
-            print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
-        return values
-
-    return asyncio.run(run())
+    target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
+    samples = asyncio.run(measure_sweep(
+        target, points, block_size=block_size, repeat=args.repeat,
+        on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr)))
+    reduce = statistics.median if args.statistic == "median" else min
+    values = [reduce(s) for s in samples]
+    for point, value, s in zip(points, values, samples):
+        spread = "  ".join(f"{v * 1e3:.1f}" for v in s)
+        print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
+    return values
 
 
 def _load_average() -> str:

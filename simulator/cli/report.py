@@ -25,9 +25,9 @@ def report_command(args: argparse.Namespace) -> int:
 
     folder = Path(args.result_dir)
     summary = load_summary(folder)
-    summary["result_dir"] = str(folder)
+    summary.result_dir = str(folder)
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(json.dumps(summary.to_dict(), indent=1))
     else:
         print_summary(summary)
     return 0

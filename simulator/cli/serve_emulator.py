@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import sys
 
+from ..emulator.faults import parse_fault
+from ..emulator.server import Emulator
+from ..emulator.settings import EmulatorSettings
 from ..errors import InputError
 from ..gcpause import gc_frozen
-from ..live.emulator import Emulator, EmulatorSettings, parse_fault
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

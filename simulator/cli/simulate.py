@@ -35,7 +35,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .. import scenario as scenario_mod
-    from ..behaviour import RetryPolicy
+    from ..task_run import driver_settings
     from ..live.runner import measurement_window, result_folder
     from ..report.terminal import print_summary
     from ..sim.profile import load_profile
@@ -58,15 +58,15 @@ def simulate_command(args: argparse.Namespace) -> int:
     run = scenario.run
     summary, outcome = simulate_to_folder(
         workload, profile, Path(folder), window=window, slo=scenario.slo,
-        retry=RetryPolicy(run.retries, run.backoff), duration=run.duration, keep_gaps=not args.approx_itl,
+        keep_gaps=not args.approx_itl, **driver_settings(run),
         info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
               "settings": scenario.model_dump(mode="json", by_alias=True)},
     )
-    summary["scenario"] = scenario.display_name()
+    summary.scenario = scenario.display_name()
     print_summary(summary, Console())
-    sim = summary["simulation"]
-    console.print(f"simulated {sim['simulated_seconds']:.1f} s in {sim['wall_seconds']:.2f} s of wall time; "
-                  f"{sim['steps']} engine steps, {sim['preemptions']} preemptions")
+    sim = summary.simulation
+    console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "
+                  f"{sim.steps} engine steps, {sim.preemptions} preemptions")
     return 0
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from ..model.fidelity import compare_workloads
-from ..stats import LABELS, MARGINALS, WorkloadStats, workload_stats
+from ..model.stats import LABELS, MARGINALS, WorkloadStats, workload_stats
 from ..traces import formats, load, native
 from ..workload import Workload
 
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("a", metavar="A", help="reference trace (file or folder)")
     compare.add_argument("b", metavar="B", help="trace compared with A")
     compare.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    _append_only_option(compare)
     compare.add_argument("--json", action="store_true", help="print JSON instead of tables")
     compare.set_defaults(func=_compare)
 
@@ -51,10 +52,19 @@ class _Formats:
 def _input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=_Formats(), default=None, help="trace format (default: detect)")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    _append_only_option(parser)
+
+
+def _append_only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--assume-append-only", action="store_true",
+        help="for traces without hash ids: assume each call's prompt is the previous prompt + output + what was "
+             "appended (an agent loop's context), and derive prefix hash ids from the token counts",
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    stats = workload_stats(load(args.paths, args.format, args.on_error))
+    stats = workload_stats(load(args.paths, args.format, args.on_error, args.assume_append_only))
     if args.json:
         print(json.dumps(stats.to_dict(), indent=2))
     else:
@@ -63,7 +73,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    workload = load(args.paths, args.format, args.on_error)
+    workload = load(args.paths, args.format, args.on_error, args.assume_append_only)
     try:
         native.write(workload, args.output)
     except OSError as exc:
@@ -76,8 +86,8 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    a = load([args.a], None, args.on_error)
-    b = load([args.b], None, args.on_error)
+    a = load([args.a], None, args.on_error, args.assume_append_only)
+    b = load([args.b], None, args.on_error, args.assume_append_only)
     comparison = compare_workloads(a, b)
     if args.json:
         print(json.dumps({"a": args.a, "b": args.b, **comparison.to_dict()}, indent=2))

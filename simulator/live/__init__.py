@@ -1,1 +1,1 @@
-"""Live runs: asyncio driver, HTTP client, prompt builder, emulator, probes."""
+"""Live runs: asyncio driver, HTTP client, prompt builder, probes, vLLM launcher (the emulator is `simulator.emulator`)."""

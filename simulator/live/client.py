@@ -39,6 +39,7 @@ from aiohttp.http import RawResponseMessage
 
 from ..behaviour import CallRequest
 from ..metrics.records import CallRecord
+from ..task_run import call_record
 from .eager_writes import eager_body_writes
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
 from .sse import SSEError, SSEParser
@@ -342,14 +343,8 @@ class Client:
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         ok = state.error_class is None
-        return CallRecord(
-            task_id=request.task_id,
-            task_class=request.task_class,
-            call_index=request.call_index,
-            attempt=request.attempt,
-            intended_send=intended,
-            actual_send=actual - t0,
-            end=end - t0,
+        return call_record(
+            request, intended, actual - t0, end - t0,
             ok=ok,
             ttft=None if state.first is None else state.first - actual,
             itl_count=len(gaps),
@@ -357,7 +352,6 @@ class Client:
             itl_max=max(gaps) if gaps else None,
             input_tokens=int(usage.get("prompt_tokens", call.input_tokens if ok else 0)),
             output_tokens=int(usage.get("completion_tokens", state.chunks)),
-            requested_output_tokens=call.output_tokens,
             cached_tokens=None if cached is None else int(cached),
             status=state.status,
             error_class=state.error_class,

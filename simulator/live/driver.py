@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from ..behaviour import CallRequest, Fork, RetryPolicy, Send, TaskOutcome, Wait, task_behaviour
+from ..behaviour import CallRequest, Fork, RetryPolicy, Send, TaskOutcome, Wait
 from ..gcpause import gc_frozen
-from ..metrics.records import CallRecord, TaskRecord
+from ..metrics.records import CallRecord
+from ..task_run import CANCELLED, DriverResult, RecordSink, TaskRun, failed_call
 from ..workload import Task, Workload
 
-CANCELLED = "cancelled"
 MIN_SLEEP = 0.001
 """Shortest timer the driver asks for (the resolution of event-loop timers)."""
 
@@ -32,45 +31,6 @@ class CallClient(Protocol):
     """What the driver needs from an HTTP client (simulator.live.client.Client)."""
 
     async def send(self, request: CallRequest, intended_send: float) -> tuple[CallRecord, Sequence[float]]: ...
-
-
-class RecordSink(Protocol):
-    """Where finished records go (simulator.metrics.results.ResultWriter)."""
-
-    def call(self, record: CallRecord, gaps: Sequence[float] = ()) -> None: ...
-
-    def task(self, record: TaskRecord) -> None: ...
-
-
-@dataclass
-class DriverResult:
-    """How the run ended."""
-
-    stop_reason: str
-    """'completed', 'interrupted' (stop()), 'drain_timeout', or 'cancelled' (the run itself was cancelled)."""
-    tasks_started: int
-    tasks_not_started: int
-    end: float
-    """Seconds since t0 when the last task finished."""
-
-    @property
-    def partial(self) -> bool:
-        return self.stop_reason != "completed"
-
-
-@dataclass
-class _TaskState:
-    """Running totals of one task."""
-
-    calls_ok: int = 0
-    time_in_calls: float = 0.0
-    time_in_ttft: float = 0.0
-    time_in_gaps: float = 0.0
-    client_lag: float = 0.0
-    last_error: Optional[str] = None
-    pending: Optional[tuple[CallRequest, float, float]] = None
-    """The call in flight: (request, intended send, when send() was entered)."""
-    children: list[asyncio.Task] = field(default_factory=list)
 
 
 class Driver:
@@ -186,137 +146,64 @@ class Driver:
             # which shows as client lag.
             await asyncio.sleep(delay if delay >= MIN_SLEEP else MIN_SLEEP)
 
-    async def _run_top(self, task: Task) -> tuple[TaskOutcome, float]:
+    async def _run_top(self, task: Task) -> TaskOutcome:
         try:
-            return await self._run_task(task, task.arrival, None, self._gate)
+            return await self._run_task(TaskRun(task, task.arrival, self.retry), self._gate)
         finally:
             self.in_flight -= 1
 
-    async def _run_task(
-        self, task: Task, arrival: float, parent_id: Optional[str], gate: Optional[asyncio.Semaphore] = None
-    ) -> tuple[TaskOutcome, float]:
-        """Run one task's behaviour; returns its outcome and the time it (with its sub-tasks) ended."""
-        state = _TaskState()
-        behaviour = task_behaviour(task, self.retry)
-        outcome: Optional[TaskOutcome] = None
+    async def _run_task(self, run: TaskRun, gate: Optional[asyncio.Semaphore] = None) -> TaskOutcome:
+        """Carry out one task's effects in real time; returns its outcome once it and its sub-tasks ended."""
+        children: list[asyncio.Task] = []
         cancelled = False
         acquired = False
-        anchor = arrival  # intended time the next effect starts from
         try:
             if gate is not None:
                 await gate.acquire()
                 acquired = True
             value: Any = None
-            while True:
-                try:
-                    effect = behaviour.send(value)
-                except StopIteration as done:
-                    outcome = done.value
-                    break
-                value = None
+            while (effect := run.next_effect(value)) is not None:
                 if isinstance(effect, Wait):
-                    anchor += effect.seconds
-                    state.time_in_gaps += effect.seconds
-                    await self._sleep_until(anchor)
+                    value = None
+                    await self._sleep_until(run.wait(effect.seconds))
                 elif isinstance(effect, Send):
-                    value = await self._send(effect.request, anchor, state)
-                    anchor = value.end
+                    value = run.called(await self._send(run, effect.request))
                 elif isinstance(effect, Fork):
-                    value = await self._fork(task, effect, state)
-                    anchor = max(anchor, self.now())
+                    value = await self._fork(run, effect, children)
+                    run.forked(self.now())
                 else:
                     raise TypeError(f"unknown effect {effect!r}")
-            for child in state.children:  # detached sub-tasks: the task ends when they have
+            for child in children:  # detached sub-tasks: the task ends when they have
                 await child
         except asyncio.CancelledError:
             cancelled = True
-            if state.pending is not None:
-                request, intended, entered = state.pending
-                self.sink.call(_cancelled_call(request, intended, entered, self.now()))
+            if (record := run.cancel(self.now())) is not None:
+                self.sink.call(record)
         finally:
-            behaviour.close()
             if acquired:
                 gate.release()  # type: ignore[union-attr]
-        if cancelled and state.children:
-            await asyncio.wait(state.children)  # they were cancelled too; let them record it
-        end = max([self.now()] + [_child_end(child) for child in state.children])
-        if outcome is None:
-            outcome = TaskOutcome(task.id, False, state.calls_ok, None)
-        self.sink.task(
-            TaskRecord(
-                task_id=task.id,
-                task_class=task.task_class,
-                arrival=arrival,
-                end=end,
-                ok=outcome.ok and not cancelled,
-                calls=state.calls_ok,
-                calls_planned=len(task.calls),
-                time_in_calls=state.time_in_calls,
-                time_in_gaps=state.time_in_gaps,
-                client_lag=state.client_lag,
-                parent_id=parent_id,
-                failed_call=outcome.failed_call,
-                error_class=CANCELLED if cancelled else (None if outcome.ok else state.last_error),
-                time_in_ttft=state.time_in_ttft,
-            )
-        )
-        return outcome, end
+        if cancelled and children:
+            await asyncio.wait(children)  # they were cancelled too; let them record it
+        self.sink.task(run.finish(self.now(), cancelled))
+        return run.outcome  # type: ignore[return-value]  # set by finish
 
-    async def _send(self, request: CallRequest, intended: float, state: _TaskState) -> CallRecord:
-        state.pending = (request, intended, self.now())
+    async def _send(self, run: TaskRun, request: CallRequest) -> CallRecord:
+        sent = self.now()
+        run.sending(request, sent)
         try:
-            record, gaps = await self.client.send(request, intended)
+            record, gaps = await self.client.send(request, run.anchor)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a client bug must not end the run unrecorded
-            now = self.now()
-            record, gaps = _failed_call(request, intended, state.pending[2], now, "client_exception", repr(exc)), ()
-        state.pending = None
+            record, gaps = failed_call(request, run.anchor, sent, self.now(), "client_exception", repr(exc)), ()
         self.sink.call(record, gaps)
-        state.time_in_calls += record.latency
-        state.client_lag += record.client_lag
-        if record.ttft is not None:
-            state.time_in_ttft += record.ttft
-        if record.ok:
-            state.calls_ok += 1
-        else:
-            state.last_error = record.error_class
         return record
 
-    async def _fork(self, parent: Task, fork: Fork, state: _TaskState) -> list[TaskOutcome]:
+    async def _fork(self, parent: TaskRun, fork: Fork, children: list[asyncio.Task]) -> list[TaskOutcome]:
         waited = []
         for sub in fork.subtasks:
-            child = self._spawn(self._run_task(sub.task, self.now(), parent.id))
-            state.children.append(child)
+            child = self._spawn(self._run_task(TaskRun(sub.task, self.now(), self.retry, parent)))
+            children.append(child)
             if sub.wait:
                 waited.append(child)
-        results = await asyncio.gather(*waited)
-        return [outcome for outcome, _ in results]
-
-
-def _child_end(child: asyncio.Task) -> float:
-    """When a finished sub-task ended (0 if it has no result)."""
-    if not child.done() or child.cancelled() or child.exception() is not None:
-        return 0.0
-    return child.result()[1]
-
-
-def _failed_call(request: CallRequest, intended: float, sent: float, end: float, error: str, message: str) -> CallRecord:
-    return CallRecord(
-        task_id=request.task_id,
-        task_class=request.task_class,
-        call_index=request.call_index,
-        attempt=request.attempt,
-        intended_send=intended,
-        actual_send=sent,
-        end=end,
-        ok=False,
-        input_tokens=request.call.input_tokens,
-        requested_output_tokens=request.call.output_tokens,
-        error_class=error,
-        error_message=message,
-    )
-
-
-def _cancelled_call(request: CallRequest, intended: float, sent: float, end: float) -> CallRecord:
-    return _failed_call(request, intended, sent, end, CANCELLED, "run stopped while the call was in flight")
+        return list(await asyncio.gather(*waited))

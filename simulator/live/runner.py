@@ -19,19 +19,24 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
-from ..behaviour import RetryPolicy
 from ..errors import InputError
-from ..metrics import histograms, results
+from ..metrics import results
 from ..metrics import server as server_metrics
+from ..metrics.folder import planned_counts, run_info, write_summary
+from ..metrics.records import CallRecord, TaskRecord
 from ..metrics.results import LiveCounters, ResultWriter, Window
-from ..metrics.summary import summarize
+from ..metrics.summary import Summary
 from ..scenario import Scenario
+from ..task_run import DriverResult, driver_settings
 from ..workload import Workload
-from .driver import Driver, DriverResult
+from .driver import Driver
 from .probes import MetricsProbe
 from .prompts import PromptBuilder
+
+if TYPE_CHECKING:
+    from .client import Target
 
 TICK = 0.5
 
@@ -73,11 +78,6 @@ def result_folder(scenario: Scenario, output: Optional[str]) -> Path:
     return folder
 
 
-def planned_counts(workload: Workload) -> dict[str, int]:
-    tasks, calls, subtasks = workload.counts()
-    return {"tasks": tasks, "calls": calls, "subtasks": subtasks}
-
-
 @contextlib.asynccontextmanager
 async def _target(scenario: Scenario) -> AsyncIterator[Any]:
     """The client's Target: the scenario's, or the built-in emulator started for this run."""
@@ -85,7 +85,7 @@ async def _target(scenario: Scenario) -> AsyncIterator[Any]:
 
     spec = scenario.target
     if spec is None:
-        from .emulator import run_emulator
+        from ..emulator.server import run_emulator
 
         try:
             emulator = run_emulator(**scenario.emulator)
@@ -112,67 +112,83 @@ async def run_scenario(
     on_progress: Optional[Callable[[Progress], None]] = None,
     handle_sigint: bool = True,
     on_driver: Optional[Callable[[Driver], None]] = None,
-) -> tuple[dict[str, Any], DriverResult]:
+) -> tuple[Summary, DriverResult]:
     """Replay `workload` as `scenario` says, writing the result folder; returns (summary, how it ended)."""
-    from .client import Client
-
     window = measurement_window(scenario, workload)
     planned = planned_counts(workload)
-    run = scenario.run
     with ResultWriter(folder, window) as writer:
         async with _target(scenario) as target:
-            writer.write_run_info({
+            writer.write_run_info(run_info({
                 "scenario": scenario.display_name(),
                 "scenario_file": scenario.source,
                 "settings": scenario.model_dump(mode="json", by_alias=True),
                 "base_url": target.base_url,
                 "emulator": scenario.target is None,
-                "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-                "window": {"start": window.start, "end": window.end},
-                "planned": planned,
-            })
-            prompts = PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes, seed=run.seed)
-            async with Client(target, time.perf_counter(), prompts) as client:
-                probe, note = await _open_probe(scenario, target.root)
-                # the schedule starts once the client is set up (model lookup, calibration), so that
-                # setup is not charged to the first calls as lag
-                t0 = client.t0 = time.perf_counter()
-                driver = Driver(
-                    client, workload, writer, t0=t0,
-                    retry=RetryPolicy(run.retries, run.backoff),
-                    max_in_flight=run.max_in_flight, duration=run.duration, drain=run.drain,
-                )
-                if on_driver is not None:
-                    on_driver(driver)
-                log = None
-                if probe is not None:
-                    # the probe keeps time on time.monotonic: give it the run's t0 on that clock
-                    probe.t0 = time.monotonic() - (time.perf_counter() - t0)
-                    # nothing was sent since the test scrape: it is the counters' baseline at t = 0
-                    probe.samples[:] = [dataclasses.replace(probe.samples[-1], t=0.0)]
-                    log = server_metrics.SampleLog(folder)
-                    await probe.start()
-                try:
-                    outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint,
-                                           on_tick=(lambda: log.sync(probe.samples)) if log else None)
-                finally:
-                    if probe is not None:
-                        await probe.stop()
-                        log.sync(probe.samples)
-                        log.close()
+            }, window, planned))
+            outcome, probe, note = await _replay(scenario, workload, target, writer, on_progress=on_progress,
+                                                 handle_sigint=handle_sigint, on_driver=on_driver)
         writer.close()
         itl = writer.itl
-    calls, tasks = results.read_calls(folder), results.read_tasks(folder)
-    summary, hists = summarize(
-        calls, tasks, itl=itl, window=window, slo=scenario.slo,
-        planned=planned, partial=outcome.partial, stop_reason=outcome.stop_reason,
-    )
-    summary["scenario"] = scenario.display_name()
-    summary["result_dir"] = str(folder)
-    summary["server"] = _server_summary(folder, probe, note, calls, tasks, run.scrape_interval)
-    histograms.save(folder / results.HISTOGRAMS_FILE, hists)
-    results.write_json(folder, results.SUMMARY_FILE, summary)
+
+    def sections(calls: list[CallRecord], tasks: list[TaskRecord]) -> dict[str, Any]:
+        return {"scenario": scenario.display_name(),
+                "server": _server_summary(folder, probe, note, calls, tasks, scenario.run.scrape_interval)}
+
+    summary = write_summary(folder, window=window, slo=scenario.slo, planned=planned, itl=itl,
+                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=sections)
     return summary, outcome
+
+
+async def _replay(
+    scenario: Scenario,
+    workload: Workload,
+    target: Target,
+    writer: ResultWriter,
+    *,
+    on_progress: Optional[Callable[[Progress], None]],
+    handle_sigint: bool,
+    on_driver: Optional[Callable[[Driver], None]],
+) -> tuple[DriverResult, Optional[MetricsProbe], Optional[str]]:
+    """Drive the workload against `target`, scraping its /metrics meanwhile where it has them; returns
+    how the run ended, the probe (None without one) and the note on server metrics."""
+    from .client import Client
+
+    run = scenario.run
+    prompts = PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes, seed=run.seed)
+    async with Client(target, time.perf_counter(), prompts) as client:
+        probe, note = await _open_probe(scenario, target.root)
+        # the schedule starts once the client is set up (model lookup, calibration), so that
+        # setup is not charged to the first calls as lag
+        t0 = client.t0 = time.perf_counter()
+        driver = Driver(client, workload, writer, t0=t0, **driver_settings(run))
+        if on_driver is not None:
+            on_driver(driver)
+        async with _scraping(probe, t0, writer.folder) as sync_samples:
+            outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint,
+                                   on_tick=sync_samples)
+    return outcome, probe, note
+
+
+@contextlib.asynccontextmanager
+async def _scraping(probe: Optional[MetricsProbe], t0: float,
+                    folder: Path) -> AsyncIterator[Optional[Callable[[], None]]]:
+    """Scrape /metrics while the block runs, appending the samples to server_metrics.jsonl; yields the
+    call that appends the new samples (None without a probe)."""
+    if probe is None:
+        yield None
+        return
+    # the probe keeps time on time.monotonic: give it the run's t0 on that clock
+    probe.t0 = time.monotonic() - (time.perf_counter() - t0)
+    # nothing was sent since the test scrape: it is the counters' baseline at t = 0
+    probe.samples[:] = [dataclasses.replace(probe.samples[-1], t=0.0)]
+    log = server_metrics.SampleLog(folder)
+    await probe.start()
+    try:
+        yield lambda: log.sync(probe.samples)
+    finally:
+        await probe.stop()
+        log.sync(probe.samples)
+        log.close()
 
 
 async def _open_probe(scenario: Scenario, root: str) -> tuple[Optional[MetricsProbe], Optional[str]]:
@@ -189,8 +205,8 @@ async def _open_probe(scenario: Scenario, root: str) -> tuple[Optional[MetricsPr
     return probe, None
 
 
-def _server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str], calls: list, tasks: list,
-                    interval: float) -> dict[str, Any]:
+def _server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str], calls: list[CallRecord],
+                    tasks: list[TaskRecord], interval: float) -> dict[str, Any]:
     """Join the scrapes with the task records, write server_tasks.jsonl, return the summary section."""
     timeline, loads = None, None
     if probe is not None:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 from scipy.stats import ks_2samp
 
-from ..stats import DISPERSION_WINDOWS, LABELS, MARGINALS, Distribution, arrival_stats, workload_samples
+from .stats import DISPERSION_WINDOWS, LABELS, MARGINALS, Distribution, arrival_stats, workload_samples
 from ..workload import Workload
 
 
@@ -74,7 +74,7 @@ class Comparison:
 
 
 def compare_workloads(a: Workload, b: Workload) -> Comparison:
-    """Compare `b` against `a` on every marginal of `simulator.stats` and on arrival burstiness."""
+    """Compare `b` against `a` on every marginal of `simulator.model.stats` and on arrival burstiness."""
     sa, sb = workload_samples(a), workload_samples(b)
     marginals = [_compare_marginal(name, getattr(sa, name), getattr(sb, name)) for name in MARGINALS]
     arr_a, arr_b = arrival_stats(sa.arrivals), arrival_stats(sb.arrivals)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional
+from typing import IO, Any, Iterator, NamedTuple, Optional
 
 import numpy as np
 import orjson
@@ -29,10 +29,12 @@ from ..errors import InputError
 from ..gcpause import gc_paused
 from ..traces import native
 from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
-from .fit import START
+from .fit import START, UNKNOWN
 from .schema import Cell, Structure, WorkloadModel
 
 SUBAGENT_CLASS = "subagent"
+_MAX_DEPTH = 3
+"""Sub-agents of sub-agents nest at most this deep (sub-tasks at this depth start none)."""
 _DIRECT_WRITE = 1 << 16
 """Native lines at least this long (bytes) are written on their own rather than joined into a batch."""
 
@@ -115,13 +117,59 @@ def _lookup(cells, length: int, bucket: int, prev: str) -> Cell:
     raise InputError(f"the model has no cell for calls from index {bucket} after {prev!r} (and no catch-all cell)")
 
 
+def _buckets_of(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Start of the bucket holding each value (`fit.bucket_of`, vectorised; values are at least
+    `buckets[0]`)."""
+    return buckets[np.searchsorted(buckets, values, side="right") - 1]
+
+
+def _cell_draws(structure: Structure, ncalls: np.ndarray, position: np.ndarray, prev_code: np.ndarray,
+                labels: list[str], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call: appended tokens, output tokens and the gap before it, from the cell `_lookup` picks for
+    its task's length class, its position bucket and the previous call's stop reason (`prev_code`: an
+    index into `labels`, -1 for a first call). Drawn cell by cell, in the order of their keys."""
+    total = len(position)
+    appended = np.zeros(total)
+    output = np.zeros(total)
+    gap = np.zeros(total)
+    cells = _cell_index(structure)
+    buckets = np.asarray(structure.position_buckets)
+    bucket = _buckets_of(buckets, position)
+    length = np.repeat(_buckets_of(np.asarray(structure.length_buckets), ncalls), ncalls)
+    # One integer per (length class, position bucket, previous stop), to group the calls by.
+    width = int(buckets.max()) + 1
+    stride = len(labels) + 1
+    key = (length * width + bucket) * stride + (prev_code + 1)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    for j, k in enumerate(uniq.tolist()):
+        rows = np.flatnonzero(inverse == j)
+        lb, p = divmod(k, stride)
+        ln, b = divmod(lb, width)
+        cell = _lookup(cells, int(ln), int(b), START if p == 0 else labels[p - 1])
+        appended[rows] = cell.appended.sample(rng, len(rows))
+        output[rows] = cell.output.sample(rng, len(rows))
+        gap[rows] = cell.gap.sample(rng, len(rows))
+    return appended, output, gap
+
+
+class _ReuseDraws(NamedTuple):
+    """Per call, what `_reuse_draws` drew."""
+
+    fraction: np.ndarray
+    """Fraction of the previous prompt's blocks a partial reuse keeps."""
+    appended: np.ndarray
+    """Tokens a partial reuse appends."""
+    full: np.ndarray
+    """Whether the call keeps the whole previous prompt (and appends its cell's draw)."""
+
+
 def _reuse_draws(structure: Structure, prev_code: np.ndarray, labels: list[str], appended: np.ndarray,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 rng: np.random.Generator) -> _ReuseDraws:
     """Per call: the fraction of the previous prompt's blocks kept by a partial reuse, the tokens it
     appends, and whether the whole previous prompt is kept; by the previous stop reason where the
     model has a row for it (`reuse.after_stop`), else pooled. The kept fraction and the appended
     tokens are drawn as one recorded pair where the model has `partial_pairs`, else each from its own
-    distribution."""
+    distribution (where the model has neither, a partial reuse appends the call's `appended`)."""
     reuse = structure.reuse
     total = len(prev_code)
     full_p = np.full(total, reuse.full_prob)
@@ -137,7 +185,7 @@ def _reuse_draws(structure: Structure, prev_code: np.ndarray, labels: list[str],
     _partial_into(reuse, np.arange(total), frac, part_app, rng)
     for rows, row in overrides:
         _partial_into(row, rows, frac, part_app, rng)
-    return frac, part_app, full
+    return _ReuseDraws(frac, part_app, full)
 
 
 def _partial_into(source, rows: np.ndarray, frac: np.ndarray, part_app: np.ndarray, rng: np.random.Generator) -> None:
@@ -154,50 +202,32 @@ def _partial_into(source, rows: np.ndarray, frac: np.ndarray, part_app: np.ndarr
         part_app[rows] = source.partial_appended.sample(rng, len(rows))
 
 
-def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0) -> _Drawn:
-    """Draw `n` tasks' calls with their stop reasons, sizes, gaps, prefix reuse and sub-agents."""
-    ncalls = np.maximum(1, structure.calls_per_task.sample(rng, n).astype(np.int64))
-    offsets = np.concatenate([[0], np.cumsum(ncalls)]).astype(np.int64)
-    total = int(offsets[-1])
-    position = np.arange(total) - np.repeat(offsets[:-1], ncalls)
-    stops, labels = _stop_chain(structure, ncalls, offsets, rng)
-    prev_code = np.where(position == 0, -1, np.concatenate([[0], stops[:-1]]))
-    buckets = np.asarray(structure.position_buckets)
-    bucket = buckets[np.searchsorted(buckets, position, side="right") - 1]
-
-    appended = np.zeros(total)
-    output = np.zeros(total)
-    gap = np.zeros(total)
-    cells = _cell_index(structure)
-    lbuckets = np.asarray(structure.length_buckets)
-    length = np.repeat(lbuckets[np.searchsorted(lbuckets, ncalls, side="right") - 1], ncalls)
-    stride = len(labels) + 1
-    key = (length * (int(buckets.max()) + 1) + bucket) * stride + (prev_code + 1)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    for j, k in enumerate(uniq.tolist()):
-        rows = np.flatnonzero(inverse == j)
-        lb, p = divmod(k, stride)
-        ln, b = divmod(lb, int(buckets.max()) + 1)
-        cell = _lookup(cells, int(ln), int(b), START if p == 0 else labels[p - 1])
-        appended[rows] = cell.appended.sample(rng, len(rows))
-        output[rows] = cell.output.sample(rng, len(rows))
-        gap[rows] = cell.gap.sample(rng, len(rows))
-
-    frac, part_app, full = _reuse_draws(structure, prev_code, labels, appended, rng)
-    bs = structure.block_size
-    growth = np.full(n, np.inf)
-    if structure.starts is not None:
-        appended[offsets[:-1]] = structure.starts.sample(rng, ncalls)
+def _peak_growth(structure: Structure, ncalls: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per task, the multiple of its first prompt its prompt may grow to (at least 1), from the model's
+    `peak_growth` for its length class; infinite where the model has none."""
+    growth = np.full(len(ncalls), np.inf)
     if structure.peak_growth:
-        task_length = lbuckets[np.searchsorted(lbuckets, ncalls, side="right") - 1]
+        task_length = _buckets_of(np.asarray(structure.length_buckets), ncalls)
         for ln in np.unique(task_length).tolist():
             dist = structure.peak_growth.get(ln, structure.peak_growth.get(0))
             if dist is not None:
                 these = np.flatnonzero(task_length == ln)
                 growth[these] = np.maximum(dist.sample(rng, len(these)), 1.0)
+    return growth
+
+
+def _prompt_sizes(structure: Structure, ncalls: np.ndarray, offsets: np.ndarray, appended: np.ndarray,
+                  reuse: _ReuseDraws, growth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: its input tokens and the blocks of the previous call's prompt it starts with (no
+    random draws). A first call's prompt is its `appended` tokens, and sets its task's peak (`growth`
+    times it, within the context limit); a later call keeps the whole previous prompt or, on a partial
+    reuse, the drawn fraction of its blocks, and appends its tokens. Computed position by position
+    across tasks, since each prompt builds on the previous one."""
+    bs = structure.block_size
+    n = len(ncalls)
     limit_of = np.full(n, structure.context_limit, dtype=np.int64)
-    inputs = np.zeros(total, dtype=np.int64)
-    shared = np.zeros(total, dtype=np.int64)
+    inputs = np.zeros(int(offsets[-1]), dtype=np.int64)
+    shared = np.zeros(int(offsets[-1]), dtype=np.int64)
     alive = np.arange(n)
     for k in range(int(ncalls.max(initial=0))):
         alive = alive[ncalls[alive] > k]
@@ -209,9 +239,9 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
             limit_of[alive] = np.maximum(peak, inputs[rows]).astype(np.int64)
             continue
         prev_blocks = inputs[rows - 1] // bs
-        is_full = full[rows]
-        sh = np.where(is_full, prev_blocks, np.floor(frac[rows] * prev_blocks).astype(np.int64))
-        add = np.minimum(np.where(is_full, appended[rows], part_app[rows]), structure.context_limit).astype(np.int64)
+        is_full = reuse.full[rows]
+        sh = np.where(is_full, prev_blocks, np.floor(reuse.fraction[rows] * prev_blocks).astype(np.int64))
+        add = np.minimum(np.where(is_full, appended[rows], reuse.appended[rows]), structure.context_limit).astype(np.int64)
         inp = sh * bs + add
         # A turn that would pass the task's peak keeps only the head of the previous prompt that
         # leaves room for what it appends (a partial reuse): the prompt stays near its peak, the
@@ -223,38 +253,84 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
             inp = np.where(over, sh * bs + add, inp)
         shared[rows] = sh
         inputs[rows] = np.maximum(inp, 1)
+    return inputs, shared
 
-    sub = None
-    sub_owner = np.zeros(0, dtype=np.int64)
-    sub_after = np.zeros(0, dtype=np.int64)
-    waits = np.zeros(0, dtype=bool)
+
+class _Spawned(NamedTuple):
+    """Sub-tasks drawn for a batch of tasks: per sub-task, grouped by owner in task order (siblings in
+    spawn order), its owner task, the call it follows and whether its owner waits for it."""
+
+    drawn: Optional["_Drawn"]
+    owner: np.ndarray
+    after: np.ndarray
+    wait: np.ndarray
+
+
+def _subtasks(structure: Structure, ncalls: np.ndarray, offsets: np.ndarray, position: np.ndarray,
+              rng: np.random.Generator, depth: int) -> _Spawned:
+    """The sub-tasks the tasks start: after each call but its task's last, a group of `fan_out`
+    sub-tasks with the model's `spawn_prob`; all of them drawn as one batch (none at `_MAX_DEPTH`)."""
+    none = _Spawned(None, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
     sa = structure.subagents
-    if sa is not None and sa.spawn_prob > 0 and depth < 3:
-        spawn_rows = np.flatnonzero((rng.random(total) < sa.spawn_prob) & (position < np.repeat(ncalls, ncalls) - 1))
-        if len(spawn_rows):
-            fan = np.maximum(1, sa.fan_out.sample(rng, len(spawn_rows)).astype(np.int64))
-            count = int(fan.sum())
-            waits = rng.random(count) < sa.wait_prob
-            owner = np.searchsorted(offsets, spawn_rows, side="right") - 1
-            sub_owner = np.repeat(owner, fan)
-            sub_after = np.repeat(spawn_rows - offsets[owner], fan)
-            sub = _draw(sa.structure, count, rng, depth + 1)
+    if sa is None or sa.spawn_prob <= 0 or depth >= _MAX_DEPTH:
+        return none
+    not_last = position < np.repeat(ncalls, ncalls) - 1
+    spawn_rows = np.flatnonzero((rng.random(len(position)) < sa.spawn_prob) & not_last)
+    if not len(spawn_rows):
+        return none
+    fan = np.maximum(1, sa.fan_out.sample(rng, len(spawn_rows)).astype(np.int64))
+    count = int(fan.sum())
+    waits = rng.random(count) < sa.wait_prob
+    owner = np.searchsorted(offsets, spawn_rows, side="right") - 1
+    return _Spawned(_draw(sa.structure, count, rng, depth + 1), np.repeat(owner, fan),
+                    np.repeat(spawn_rows - offsets[owner], fan), waits)
 
-    # Hash ids: a call keeps the leading ids of the previous call's that it shares (never more
-    # than either prompt has) and gets fresh ones for the rest; its prompt has input // bs blocks.
+
+def _kept_and_fresh(inputs: np.ndarray, shared: np.ndarray, position: np.ndarray,
+                    bs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: the leading hash ids it keeps of the previous call's (the blocks it shares, never more
+    than either prompt has) and its fresh ids after them; a prompt has input // `bs` blocks."""
     blocks = inputs // bs
     prev_blocks = np.concatenate([[0], blocks[:-1]])
     keep = np.where(position == 0, 0, np.minimum(shared, np.minimum(prev_blocks, blocks)))
-    fresh = blocks - keep
+    return keep, blocks - keep
+
+
+def _fresh_counts(fresh: np.ndarray, offsets: np.ndarray, ncalls: np.ndarray,
+                  spawned: _Spawned) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_Drawn`'s `local`, `own_fresh` and `tree_fresh` from each call's number of fresh ids."""
+    total = len(fresh)
     before = np.cumsum(fresh) - fresh
     starts = offsets[:-1]
     local = before - np.repeat(before[starts], ncalls) if total else before
     own = np.add.reduceat(fresh, starts) if total else np.zeros(0, dtype=np.int64)
     tree = own.copy()
-    if sub is not None:
-        np.add.at(tree, sub_owner, sub.tree_fresh)
+    if spawned.drawn is not None:
+        np.add.at(tree, spawned.owner, spawned.drawn.tree_fresh)
+    return local, own, tree
 
-    stop_names = [None if s == "unknown" else s for s in labels]
+
+def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0) -> _Drawn:
+    """Draw `n` tasks' calls with their stop reasons, sizes, gaps, prefix reuse and sub-agents.
+
+    The random draws come in a fixed order, which keeps a seed's workload the same: calls per task,
+    stop reasons, per-cell sizes and gaps, prefix reuse, first prompts, peak growth, sub-tasks."""
+    ncalls = np.maximum(1, structure.calls_per_task.sample(rng, n).astype(np.int64))
+    offsets = np.concatenate([[0], np.cumsum(ncalls)]).astype(np.int64)
+    position = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], ncalls)
+    stops, labels = _stop_chain(structure, ncalls, offsets, rng)
+    prev_code = np.where(position == 0, -1, np.concatenate([[0], stops[:-1]]))
+    appended, output, gap = _cell_draws(structure, ncalls, position, prev_code, labels, rng)
+    reuse = _reuse_draws(structure, prev_code, labels, appended, rng)
+    if structure.starts is not None:
+        appended[offsets[:-1]] = structure.starts.sample(rng, ncalls)
+    growth = _peak_growth(structure, ncalls, rng)
+    inputs, shared = _prompt_sizes(structure, ncalls, offsets, appended, reuse, growth)
+    spawned = _subtasks(structure, ncalls, offsets, position, rng, depth)
+    keep, fresh = _kept_and_fresh(inputs, shared, position, structure.block_size)
+    local, own, tree = _fresh_counts(fresh, offsets, ncalls, spawned)
+
+    stop_names = [None if s == UNKNOWN else s for s in labels]
     return _Drawn(
         offsets=offsets,
         input=inputs.tolist(),
@@ -266,11 +342,11 @@ def _draw(structure: Structure, n: int, rng: np.random.Generator, depth: int = 0
         local=local,
         own_fresh=own,
         tree_fresh=tree,
-        block_size=bs,
-        sub_owner=sub_owner,
-        sub_after=sub_after.tolist(),
-        sub_wait=waits.tolist(),
-        sub=sub,
+        block_size=structure.block_size,
+        sub_owner=spawned.owner,
+        sub_after=spawned.after.tolist(),
+        sub_wait=spawned.wait.tolist(),
+        sub=spawned.drawn,
     )
 
 

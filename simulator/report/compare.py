@@ -1,11 +1,14 @@
 """Two results side by side (a real run and its simulation, or two server configs): the same figures
-from each `summary.json`, with the ratio B/A."""
+from each `summary.json`, with the ratio B/A. A figure is named by its path in summary.json, so a
+summary that lacks it (an older version's) just leaves its cell empty."""
 
 from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
 from rich.table import Table
+
+from ..metrics.summary import Summary
 
 CALL_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end to end"))
 STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
@@ -45,12 +48,13 @@ def _paths(a: dict[str, Any], b: dict[str, Any]) -> Iterator[tuple[str, str, tup
     yield "cache and errors", "tasks failed", ("tasks", "failed")
 
 
-def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def compare_summaries(a: Summary, b: Summary) -> list[dict[str, Any]]:
     """One row per figure present in either summary: section, figure, a, b, ratio b/a (None when
     either is missing or a is 0)."""
+    json_a, json_b = a.to_dict(), b.to_dict()
     rows = []
-    for section, figure, path in _paths(a, b):
-        va, vb = _get(a, path), _get(b, path)
+    for section, figure, path in _paths(json_a, json_b):
+        va, vb = _get(json_a, path), _get(json_b, path)
         if va is None and vb is None:
             continue
         ratio = vb / va if va and vb is not None else None

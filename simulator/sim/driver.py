@@ -4,9 +4,10 @@ The same protocol as the live driver (`simulator.live.driver`), on the SimPy clo
 starts at its arrival (open loop across tasks), `Wait` is a timeout, `Send` submits to the twin and
 resumes at the response's end, `Fork` starts sub-tasks as their own tasks (`TaskRecord.parent_id` set)
 and resumes when those with ``wait=True`` have finished; a task ends when it and its sub-tasks have.
-It produces the same `CallRecord`/`TaskRecord` the live driver does. Simulation has no client lag:
-every call is sent exactly when intended (the server's own per-request time is the profile's
-`request_overhead`, inside the twin). Calls longer than the profile's `max_model_len` fail at once
+Both consume the behaviour through `simulator.task_run.TaskRun`, so they leave the same
+`CallRecord`/`TaskRecord` for the same events. Simulation has no client lag of its own: a call is
+sent exactly when intended unless `max_in_flight` holds its task back (the server's own per-request
+time is the profile's `request_overhead`, inside the twin). Calls longer than the profile's `max_model_len` fail at once
 with ``http_4xx`` (status 400), as vLLM rejects them.
 """
 
@@ -15,23 +16,16 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Protocol, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import simpy
 
-from ..behaviour import CallRequest, Fork, RetryPolicy, Send, TaskOutcome, Wait, task_behaviour
+from ..behaviour import CallRequest, Fork, RetryPolicy, Send, Wait
 from ..metrics.records import CallRecord, TaskRecord
+from ..task_run import DriverResult, RecordSink, TaskRun, call_record, failed_call
 from ..workload import Task, Workload
 from .profile import ServerProfile
 from .twin import Twin, TwinStats, exact_delay
-
-
-class RecordSink(Protocol):
-    """Where finished records go (the live driver's sink protocol; `simulator.metrics.results.ResultWriter`)."""
-
-    def call(self, record: CallRecord, gaps: Sequence[float] = ()) -> None: ...
-
-    def task(self, record: TaskRecord) -> None: ...
 
 
 @dataclass
@@ -51,43 +45,58 @@ class ListSink:
 
 
 @dataclass
-class SimResult:
-    """How a simulated run ended."""
+class SimResult(DriverResult):
+    """How a simulated run ended, with the twin's counters."""
 
-    end: float
-    """Simulated seconds when the last task finished."""
-    tasks_started: int
-    twin: TwinStats
+    twin: TwinStats = field(default_factory=TwinStats)
 
 
 class SimDriver:
     """Replays a workload through a `Twin` in simulated time; records go to `sink` as they finish.
 
     `workload` may also be an iterable of tasks in arrival order (a generator, say): tasks are then
-    drawn only as they arrive, so memory holds the tasks in flight rather than the whole run."""
+    drawn only as they arrive, so memory holds the tasks in flight rather than the whole run.
+    `max_in_flight` and `drain` mean what they mean live: at most that many top-level tasks run at once
+    (a task waiting for its turn shows the wait as client lag), and `drain` seconds after the last
+    arrival whatever still runs is cut off, recorded as ``cancelled``."""
 
     def __init__(self, workload: Union[Workload, Iterable[Task]], profile: ServerProfile, sink: RecordSink, *,
                  retry: RetryPolicy = RetryPolicy(), keep_gaps: bool = False, fast_decode: bool = True,
-                 duration: Optional[float] = None) -> None:
+                 duration: Optional[float] = None, max_in_flight: Optional[int] = None,
+                 drain: Optional[float] = None) -> None:
         self.env = simpy.Environment()
         self.twin = Twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
-        self.tasks: Iterable[Task] = (sorted(workload.tasks, key=lambda t: t.arrival)
-                                      if isinstance(workload, Workload) else workload)
+        self.total: Optional[int] = None
+        if isinstance(workload, Workload):
+            self.tasks: Iterable[Task] = sorted(workload.tasks, key=lambda t: t.arrival)
+            self.total = len(workload.tasks)
+        else:
+            self.tasks = workload
         self.sink = sink
         self.retry = retry
         self.duration = duration
         """Tasks arriving at or after this many seconds are not started."""
+        self.drain = drain
+        self._gate = simpy.Resource(self.env, max_in_flight) if max_in_flight else None
         self.started = 0
         self._last_end = 0.0
+        self._active: dict[TaskRun, None] = {}
+        """Tasks started and not finished, in start order (a dict as an ordered set)."""
 
     def run(self) -> SimResult:
-        """Run every task to its end; returns how it ended."""
-        self.env.process(self._arrivals())
+        """Run every task to its end (or to the drain deadline); returns how it ended."""
+        arrivals = self.env.process(self._arrivals())
         with _fewer_collections():
-            self.env.run()
-        return SimResult(self._last_end, self.started, self.twin.stats)
+            self.env.run(until=arrivals if self.drain is not None else None)
+        stop_reason = "completed"
+        if self._active:
+            stop_reason = "drain_timeout"
+            self._cut_off(self.env.now)
+        not_started = None if self.total is None else self.total - self.started
+        return SimResult(stop_reason, self.started, not_started, self._last_end, self.twin.stats)
 
     def _arrivals(self):
+        """Starts each top-level task at its arrival; with `drain`, ends that long after the last one."""
         env = self.env
         for task in self.tasks:
             if self.duration is not None and task.arrival >= self.duration:
@@ -97,126 +106,100 @@ class SimDriver:
             if task.arrival > env.now:
                 yield env.timeout(exact_delay(env.now, task.arrival))
             self.started += 1
-            env.process(self._task(task, task.arrival, None))
+            self._start(TaskRun(task, task.arrival, self.retry))
+        if self.drain is not None:
+            yield env.timeout(self.drain)
 
-    def _task(self, task: Task, arrival: float, parent_id: Optional[str]):
-        """Process running one task's behaviour; its value is (outcome, end)."""
+    def _start(self, run: TaskRun) -> simpy.Process:
+        self._active[run] = None
+        if self._gate is not None and run.parent is None:
+            return self.env.process(self._gated(run))
+        return self.env.process(self._task(run))
+
+    def _gated(self, run: TaskRun):
+        """A top-level task that first waits for one of the `max_in_flight` places."""
+        with self._gate.request() as place:  # type: ignore[union-attr]
+            yield place
+            yield from self._task(run)
+
+    def _task(self, run: TaskRun):
+        """Process carrying out one task's effects in simulated time; its value is the task's outcome."""
         env = self.env
         twin = self.twin
-        sink_call = self.sink.call
-        submit = twin.submit_call_raw
         max_model_len = twin.max_model_len
-        behaviour = task_behaviour(task, self.retry)
-        send = behaviour.send
         children: list[simpy.Process] = []
-        calls_ok = 0
-        time_in_calls = time_in_ttft = time_in_gaps = 0.0
-        last_error: Optional[str] = None
-        anchor = arrival
         value: Any = None
-        while True:
-            try:
-                effect = send(value)
-            except StopIteration as done:
-                outcome: TaskOutcome = done.value
-                break
-            value = None
-            kind = type(effect)
-            if kind is not Send and kind is not Wait and kind is not Fork:  # subclasses
-                kind = next((k for k in (Send, Wait, Fork) if isinstance(effect, k)), None)
-            if kind is Send:
-                # one call, sent now (simulation has no client lag); its record is built once
+        while (effect := run.next_effect(value)) is not None:
+            if isinstance(effect, Send):
                 request = effect.request
                 call = request.call
-                sent = env.now
-                wanted = call.output_tokens
-                prompt = call.input_tokens
-                if prompt + (wanted if wanted > 1 else 1) <= max_model_len:  # Twin.fits, inlined
-                    done = yield submit(call)  # the twin's request: see Twin.submit_call_raw
-                    end = done.last_token
-                    first = done.first_token
-                    count = done.itl_count
-                    ttft = first - sent
-                    # positional, in CallRecord's field order (a million keyword calls cost seconds):
-                    # task_id, task_class, call_index, attempt, intended_send, actual_send, end, ok, ttft,
-                    # itl_count, itl_mean, itl_max, input_tokens, output_tokens, requested_output_tokens,
-                    # cached_tokens, status
-                    record = CallRecord(
-                        request.task_id, request.task_class, request.call_index, request.attempt, anchor, sent,
-                        end, True, ttft, count, (end - first) / count if count else None,
-                        done.itl_max if count else None, prompt, done.generated, wanted,
-                        done.cached_tokens or 0, 200,
-                    )
-                    sink_call(record, done.gaps if done.gaps is not None else [])
-                    time_in_calls += end - sent
-                    time_in_ttft += ttft
-                    calls_ok += 1
-                    anchor = end
-                else:
-                    record = self._rejected(request, anchor, sent)
-                    last_error = record.error_class
-                    anchor = sent
-                value = record
-            elif kind is Wait:
-                seconds = effect.seconds
-                anchor += seconds
-                time_in_gaps += seconds
                 now = env.now
-                if anchor > now:
-                    yield env.timeout(exact_delay(now, anchor))
-            elif kind is Fork:
+                run.sending(request, now)
+                if call.input_tokens + max(1, call.output_tokens) <= max_model_len:  # Twin.fits, inlined
+                    done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                    record = _served(request, run.anchor, now, done)
+                    self.sink.call(record, done.gaps if done.gaps is not None else ())
+                else:
+                    record = self._rejected(request, run.anchor, now)
+                value = run.called(record)
+            elif isinstance(effect, Wait):
+                value = None
+                until = run.wait(effect.seconds)
+                if until > env.now:
+                    yield env.timeout(exact_delay(env.now, until))
+            elif isinstance(effect, Fork):
                 waited = []
                 for sub in effect.subtasks:
-                    child = env.process(self._task(sub.task, env.now, task.id))
+                    child = self._start(TaskRun(sub.task, env.now, self.retry, run))
                     children.append(child)
                     if sub.wait:
                         waited.append(child)
                 if waited:
                     yield env.all_of(waited)
-                value = [child.value[0] for child in waited]
-                anchor = max(anchor, env.now)
+                value = [child.value for child in waited]
+                run.forked(env.now)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
         for child in children:
             if not child.triggered:
                 yield child
-        end = env.now
-        for child in children:
-            if child.value[1] > end:
-                end = child.value[1]
-        if end > self._last_end:
-            self._last_end = end
-        self.sink.task(TaskRecord(
-            task_id=task.id,
-            task_class=task.task_class,
-            arrival=arrival,
-            end=end,
-            ok=outcome.ok,
-            calls=calls_ok,
-            calls_planned=len(task.calls),
-            time_in_calls=time_in_calls,
-            time_in_gaps=time_in_gaps,
-            client_lag=0.0,
-            parent_id=parent_id,
-            failed_call=outcome.failed_call,
-            error_class=None if outcome.ok else last_error,
-            time_in_ttft=time_in_ttft,
-        ))
-        return outcome, end
+        self._end(run, run.finish(env.now))
+        return run.outcome
+
+    def _end(self, run: TaskRun, record: TaskRecord) -> None:
+        del self._active[run]
+        if record.end > self._last_end:
+            self._last_end = record.end
+        self.sink.task(record)
+
+    def _cut_off(self, now: float) -> None:
+        """At the drain deadline: record the calls in flight and the unfinished tasks as cancelled,
+        sub-tasks before their parents (as live, where a cancelled parent waits for its children)."""
+        for run in reversed(list(self._active)):
+            if (record := run.cancel(now)) is not None:
+                self.sink.call(record)
+            self._end(run, run.finish(now, cancelled=True))
 
     def _rejected(self, request: CallRequest, intended: float, sent: float) -> CallRecord:
         """The record of a call longer than `max_model_len`, failed at once as vLLM fails it (HTTP 400)."""
         call = request.call
-        record = CallRecord(
-            task_id=request.task_id, task_class=request.task_class, call_index=request.call_index,
-            attempt=request.attempt, intended_send=intended, actual_send=sent, end=sent, ok=False,
-            input_tokens=call.input_tokens, requested_output_tokens=call.output_tokens, status=400,
-            error_class="http_4xx",
-            error_message=f"prompt + output ({call.input_tokens} + {call.output_tokens}) exceeds "
-                          f"max_model_len {self.twin.max_model_len}",
-        )
-        self.sink.call(record, ())
+        record = failed_call(
+            request, intended, sent, sent, "http_4xx",
+            f"prompt + output ({call.input_tokens} + {call.output_tokens}) exceeds max_model_len "
+            f"{self.twin.max_model_len}", status=400)
+        self.sink.call(record)
         return record
+
+
+def _served(request: CallRequest, intended: float, sent: float, done: Any) -> CallRecord:
+    """The record of a call the twin served (`done` is the twin's request record)."""
+    end = done.last_token
+    first = done.first_token
+    count = done.itl_count
+    return call_record(
+        request, intended, sent, end, ttft=first - sent, itl_count=count,
+        itl_mean=(end - first) / count if count else None, itl_max=done.itl_max if count else None,
+        output_tokens=done.generated, cached_tokens=done.cached_tokens or 0, status=200)
 
 
 @contextmanager
@@ -232,9 +215,8 @@ def _fewer_collections():
         gc.set_threshold(*before)
 
 
-def simulate(workload: Workload, profile: ServerProfile, *, retry: RetryPolicy = RetryPolicy(),
-             keep_gaps: bool = False, fast_decode: bool = True) -> tuple[ListSink, SimResult]:
-    """Run a workload on a twin of `profile`, keeping every record in memory."""
+def simulate(workload: Workload, profile: ServerProfile, **options: Any) -> tuple[ListSink, SimResult]:
+    """Run a workload on a twin of `profile`, keeping every record in memory; `options` are
+    `SimDriver`'s (retry, keep_gaps, max_in_flight, ...)."""
     sink = ListSink()
-    result = SimDriver(workload, profile, sink, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode).run()
-    return sink, result
+    return sink, SimDriver(workload, profile, sink, **options).run()

@@ -5,16 +5,15 @@ streamed into a result folder, the summary computed by the same code as a live r
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from ..behaviour import RetryPolicy
-from ..metrics import histograms, results
+from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.results import ResultWriter, Window
 from ..metrics.slo import Slo
-from ..metrics.summary import summarize
+from ..metrics.summary import SimulationStats, Summary
 from ..workload import Workload
 from .driver import SimDriver, SimResult
 from .profile import ServerProfile
@@ -29,52 +28,50 @@ def simulate_to_folder(
     slo: Slo = Slo(),
     retry: RetryPolicy = RetryPolicy(),
     duration: Optional[float] = None,
+    max_in_flight: Optional[int] = None,
+    drain: Optional[float] = None,
     keep_gaps: bool = True,
     fast_decode: bool = True,
     info: Optional[dict[str, Any]] = None,
-) -> tuple[dict[str, Any], SimResult]:
+) -> tuple[Summary, SimResult]:
     """Simulate `workload` on `profile`, writing the result folder a live run writes (run.json,
     calls/tasks JSONL, histograms, summary.json); returns (summary, how the simulation ended).
     With `keep_gaps` every inter-token gap goes into the ITL histogram, else the summary
-    approximates it from each call's ITL mean and count."""
-    tasks, calls, subtasks = workload.counts()
-    planned = {"tasks": tasks, "calls": calls, "subtasks": subtasks}
+    approximates it from each call's ITL mean and count. `retry`, `duration`, `max_in_flight` and
+    `drain` are the run settings (`task_run.driver_settings`), honoured as a live run honours them."""
+    planned = planned_counts(workload)
     started = time.perf_counter()
     with ResultWriter(folder, window) as writer:
-        writer.write_run_info({
+        writer.write_run_info(run_info({
             **(info or {}),
             "simulated": True,
             "profile": profile.name,
             "profile_settings": profile.model_dump(mode="json"),
-            "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "window": {"start": window.start, "end": window.end},
-            "planned": planned,
-        })
-        driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps,
-                           fast_decode=fast_decode, duration=duration)
+        }, window, planned))
+        driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode,
+                           duration=duration, max_in_flight=max_in_flight, drain=drain)
         outcome = driver.run()
         writer.close()
         itl = writer.itl if keep_gaps else None
-    wall = time.perf_counter() - started
-    summary, hists = summarize(
-        results.read_calls(folder), results.read_tasks(folder), itl=itl, window=window, slo=slo,
-        planned=planned, partial=False, stop_reason="completed",
-    )
-    stats = outcome.twin
-    summary["simulation"] = {
-        "profile": profile.name,
-        "calibrated": profile.calibrated,
-        "simulated_seconds": outcome.end,
-        "wall_seconds": wall,
-        "steps": stats.steps,
-        "preemptions": stats.preemptions,
-        "prefill_tokens": stats.prefill_tokens,
-        "cached_prompt_tokens": stats.cached_tokens,
-        "kv_evicted_blocks": driver.twin.kv.evictions,
-        "max_running": stats.max_running,
-        "busy_fraction": stats.busy_time / outcome.end if outcome.end > 0 else 0.0,
-    }
-    summary["result_dir"] = str(folder)
-    histograms.save(folder / results.HISTOGRAMS_FILE, hists)
-    results.write_json(folder, results.SUMMARY_FILE, summary)
+    simulation = _simulation_stats(profile, driver, outcome, wall=time.perf_counter() - started)
+    summary = write_summary(folder, window=window, slo=slo, planned=planned, itl=itl,
+                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda calls, tasks: {"simulation": simulation})
     return summary, outcome
+
+
+def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimResult, wall: float) -> SimulationStats:
+    """The summary's ``simulation`` section: what the twin did, and the wall time it took."""
+    stats = outcome.twin
+    return SimulationStats(
+        profile=profile.name,
+        calibrated=profile.calibrated,
+        simulated_seconds=outcome.end,
+        wall_seconds=wall,
+        steps=stats.steps,
+        preemptions=stats.preemptions,
+        prefill_tokens=stats.prefill_tokens,
+        cached_prompt_tokens=stats.cached_tokens,
+        kv_evicted_blocks=driver.twin.kv.evictions,
+        max_running=stats.max_running,
+        busy_fraction=stats.busy_time / outcome.end if outcome.end > 0 else 0.0,
+    )

@@ -77,8 +77,12 @@ def load(
     paths: Iterable[str | Path],
     format: Optional[str] = None,
     on_error: OnError = "raise",
+    assume_append_only: bool = False,
 ) -> Workload:
-    """Import files and folders (every file inside, recursively) as one workload, sorted by arrival."""
+    """Import files and folders (every file inside, recursively) as one workload, sorted by arrival.
+
+    With `assume_append_only`, (sub-)tasks whose calls carry no hash ids get ids from the agent loop's
+    append-only context (`simulator.traces.structure`)."""
     known = importers()
     if format is not None and format not in known:
         raise InputError(f"unknown format {format!r} (known: {', '.join(known)})")
@@ -114,7 +118,12 @@ def load(
     tasks = _unique_ids(merged.tasks)
     if not tasks:
         raise InputError("no tasks found", file=", ".join(str(p) for p in paths))
-    return Workload(tuple(sorted(tasks, key=lambda t: t.arrival)), merged.provenance)
+    workload = Workload(tuple(sorted(tasks, key=lambda t: t.arrival)), merged.provenance)
+    if assume_append_only:
+        from .structure import assume_append_only as derive  # noqa: PLC0415
+
+        workload, _ = derive(workload)
+    return workload
 
 
 def _with_notes(part: Workload, notes: tuple[str, ...]) -> Workload:

@@ -7,6 +7,10 @@ start with the previous call's first K ids and ``hash_ids`` lists only the ids a
 prompts grow turn by turn, so writing whole chains would repeat thousands of ids per call). The
 reader expands it back to whole tuples, so `read(write(w)) == w`. The JSON Schema of a task line
 is the schema classes' own plus that field (`task_json_schema`), documented in docs/trace-format.md.
+
+Calls that carry ``messages`` but no ``hash_ids`` (a hand-made or exported file with content) get hash
+ids derived from the messages when read (`content_ids`, `simulator.traces.content`), noted in the
+provenance; a file agentload wrote has them already, so reading it again changes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..errors import ErrorPolicy, InputError
 from ..workload import Call, Provenance, SubTask, Task, Workload
+from .content import ContentHasher
 
 FORMAT = "native"
 VERSION = 1
@@ -30,6 +35,7 @@ KEEP_KEY = "hash_keep"
 _TASK = TypeAdapter(Task)
 _PROVENANCE = TypeAdapter(list[Provenance])
 _KEEP_BYTES = b'"' + KEEP_KEY.encode() + b'"'
+_MESSAGES_BYTES = b'"messages"'
 DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS  # of every line written (plus a newline)
 
 
@@ -100,18 +106,6 @@ def task_json_schema() -> dict[str, Any]:
     return add_hash_keep(_TASK.json_schema())
 
 
-def header_json_schema() -> dict[str, Any]:
-    """JSON Schema of the header line."""
-    return {
-        "type": "object",
-        "properties": {
-            HEADER_KEY: {"const": VERSION, "description": "format version"},
-            "provenance": _PROVENANCE.json_schema(),
-        },
-        "required": [HEADER_KEY],
-    }
-
-
 def _describe(error: ValidationError) -> tuple[str, str, str]:
     """(JSON path, field, message) of the first problem pydantic found."""
     first = error.errors()[0]
@@ -179,6 +173,7 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     name = str(path)
     tasks: list[Task] = []
     provenance: tuple[Provenance, ...] = ()
+    content = False  # a line mentions messages: maybe calls to give ids from content
     with open(path, "rb") as fh:
         header_line = fh.readline()
         try:
@@ -200,6 +195,7 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         for number, raw in enumerate(fh, start=2):
             if not raw.strip():
                 continue
+            content = content or _MESSAGES_BYTES in raw
             try:
                 tasks.append(_parse_task(raw))
             except ValidationError as exc:
@@ -210,7 +206,47 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 policy.bad(InputError(msg, file=name, line=number, path=where, field=field))
             except orjson.JSONDecodeError as exc:
                 policy.bad(InputError(f"not JSON: {exc}", file=name, line=number))
+    if content:
+        tasks, notes = content_ids(tasks)
+        if notes:
+            first = provenance[0] if provenance else Provenance(name, FORMAT)
+            provenance = (dataclasses.replace(first, notes=first.notes + tuple(notes)),) + provenance[1:]
     return Workload(tuple(tasks), provenance)
+
+
+def content_ids(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    """Tasks whose calls carry `messages` but no hash ids get ids derived from the messages
+    (`simulator.traces.content`), laid out in arrival order, each task's calls before its sub-tasks';
+    calls with hash ids keep them. Returns the tasks and the notes to record."""
+    ordered = sorted(range(len(tasks)), key=lambda i: tasks[i].arrival)
+    wanted: list[tuple[Any, int]] = []
+
+    def gather(task: Task) -> None:
+        wanted.extend((c.messages, c.input_tokens) for c in task.calls if c.messages and not c.hash_ids)
+        for sub in task.subtasks:
+            gather(sub.task)
+
+    for i in ordered:
+        gather(tasks[i])
+    if not wanted:
+        return tasks, []
+    hasher = ContentHasher()
+    hasher.calibrate(wanted)
+
+    def rebuild(task: Task) -> Task:
+        calls = []
+        for call in task.calls:
+            if call.messages and not call.hash_ids:
+                ids = hasher.hash_ids(call.messages, call.input_tokens)
+                call = dataclasses.replace(call, hash_ids=ids, block_size=hasher.block_size if ids else 0)
+            calls.append(call)
+        subtasks = tuple(dataclasses.replace(s, task=rebuild(s.task)) for s in task.subtasks)
+        return dataclasses.replace(task, calls=tuple(calls), subtasks=subtasks)
+
+    out = list(tasks)
+    for i in ordered:
+        out[i] = rebuild(tasks[i])
+    return out, hasher.notes("calls with messages and no hash ids")
 
 
 def common_prefix(a: tuple, b: tuple) -> int:

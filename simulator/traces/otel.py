@@ -1,13 +1,25 @@
 """OpenTelemetry GenAI spans, as OTLP JSON (one export per file, or JSON Lines of exports as the collector's
-file exporter writes them).
+file exporter writes them) or OTLP protobuf (one binary export request, or the collector's length-prefixed
+stream of them: `simulator.traces.otlp_proto`).
 
 Spans are read by the GenAI semantic conventions: ``gen_ai.operation.name`` tells LLM calls (``chat``,
 ``text_completion``, ``generate_content``), agents (``invoke_agent``) and tools (``execute_tool``, whose
 time ends up in the gaps); ``gen_ai.usage.input_tokens`` / ``output_tokens`` give the sizes (the older
 ``prompt_tokens`` / ``completion_tokens`` are accepted), ``gen_ai.response.model`` (else
 ``gen_ai.request.model``) the model, ``gen_ai.response.finish_reasons`` the stop reason and
-``gen_ai.agent.name`` the task class. Spans without an operation name are not GenAI spans and only link
-the tree.
+``gen_ai.agent.name`` the task class. Beside them, OpenInference's conventions (Arize Phoenix):
+``openinference.span.kind`` ``LLM``, ``AGENT`` and ``TOOL`` play the three operations,
+``llm.token_count.prompt`` / ``completion`` give the sizes, ``llm.model_name`` the model,
+``llm.finish_reason`` the stop reason and ``agent.name`` the task class. A span with both conventions is
+read by the GenAI ones. Older OpenLLMetry releases name no operation: their ``llm.request.type``
+(``chat``, ``completion``) marks LLM calls, and ``gen_ai.completion.0.finish_reason`` gives the stop
+reason. Spans of none of these kinds only link the tree.
+
+Prefix hash ids come from the messages an LLM span carries (`simulator.traces.content`), in this order of
+preference: ``gen_ai.input.messages`` (JSON, after ``gen_ai.system_instructions`` when present), the older
+indexed ``gen_ai.prompt.N.*`` attributes (OpenLLMetry), OpenInference's ``llm.input_messages.N.*``, else
+OpenInference's ``input.value`` when it is a JSON request with ``messages``. Spans without content get no
+ids (``--assume-append-only`` can derive them from the token counts: `simulator.traces.structure`).
 
 Tasks. Every agent span with no agent above it is a task; the LLM calls of an agent are the LLM spans whose
 nearest agent ancestor it is, in start order. Agent spans nested under an agent (directly or through tool
@@ -35,19 +47,40 @@ import orjson
 
 from ..errors import ErrorPolicy, InputError
 from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
+from . import otlp_proto
+from .content import ContentHasher
 
 FORMAT = "otel"
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 AGENT_OPERATION = "invoke_agent"
 OPERATION = "gen_ai.operation.name"
-_INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
-_OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+SPAN_KIND = "openinference.span.kind"
+OPENINFERENCE_OPERATIONS = {"LLM": "chat", "AGENT": AGENT_OPERATION, "TOOL": "execute_tool"}
+"""OpenInference span kinds read as the GenAI operation of the same role."""
+REQUEST_TYPE = "llm.request.type"
+REQUEST_TYPE_OPERATIONS = {"chat": "chat", "completion": "text_completion"}
+"""Older OpenLLMetry request types read as GenAI operations."""
+_STOP_KEYS = ("gen_ai.response.finish_reasons", "llm.finish_reason", "gen_ai.completion.0.finish_reason")
+_INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+_OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
+_MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+_AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name")
 _NS = 1e9
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    """True for OTLP JSON: an object whose spans sit under ``resourceSpans``."""
+def _is_json(head: bytes) -> bool:
     return head.lstrip().startswith(b"{") and b'"resourceSpans"' in head
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True for OTLP JSON (an object whose spans sit under ``resourceSpans``) and OTLP protobuf."""
+    return _is_json(head) or otlp_proto.sniff(path, head)
+
+
+def _is_protobuf(path: Path, head: bytes) -> bool:
+    """Whether to read a file as protobuf: it looks like one, or at least starts like one and not like JSON
+    (so a cut-off protobuf file read with ``--format otel`` is reported as such)."""
+    return not _is_json(head) and (otlp_proto.sniff(path, head) or head[:1] in (b"\x0a", b"\x00"))
 
 
 @dataclass
@@ -62,6 +95,8 @@ class _Span:
     where: tuple[Optional[int], str]  # (line, JSON path) for error messages
     calls: list[_Span] = field(default_factory=list)  # agents only: own LLM calls
     agents: list[_Span] = field(default_factory=list)  # agents only: nested agents
+    hash_ids: tuple[int, ...] = ()  # LLM calls only: ids from the messages
+    bad: bool = False  # LLM calls only: content unreadable (already reported)
 
 
 class _Reader:
@@ -75,19 +110,19 @@ class _Reader:
     def error(self, message: str, line: Optional[int], path: str, fld: Optional[str] = None) -> InputError:
         return InputError(message, file=self.name, line=line, path=path, field=fld)
 
-    def export(self, obj: Any, line: Optional[int]) -> None:
+    def export(self, obj: Any, line: Optional[int], root: str = "$") -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("resourceSpans"), list):
-            self.policy.bad(self.error("expected an OTLP export with a resourceSpans list", line, "$", "resourceSpans"))
+            self.policy.bad(self.error("expected an OTLP export with a resourceSpans list", line, root, "resourceSpans"))
             return
         for i, resource in enumerate(obj["resourceSpans"]):
             scopes = resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", [])) \
                 if isinstance(resource, dict) else None
             if not isinstance(scopes, list):
-                self.policy.bad(self.error("expected a scopeSpans list", line, f"$.resourceSpans[{i}]", "scopeSpans"))
+                self.policy.bad(self.error("expected a scopeSpans list", line, f"{root}.resourceSpans[{i}]", "scopeSpans"))
                 continue
             for j, scope in enumerate(scopes):
                 spans = scope.get("spans", []) if isinstance(scope, dict) else None
-                base = f"$.resourceSpans[{i}].scopeSpans[{j}]"
+                base = f"{root}.resourceSpans[{i}].scopeSpans[{j}]"
                 if not isinstance(spans, list):
                     self.policy.bad(self.error("expected a spans list", line, base, "spans"))
                     continue
@@ -115,8 +150,15 @@ class _Reader:
             raise self.error("span ends before it starts", line, f"{path}.endTimeUnixNano", "endTimeUnixNano")
         attrs = self.attributes(raw.get("attributes", []), line, path)
         operation = attrs.get(OPERATION)
-        return _Span(ids[0], ids[1], parent, start, end, operation if isinstance(operation, str) else None,
-                     attrs, (line, path))
+        if not isinstance(operation, str):
+            kind, request_type = attrs.get(SPAN_KIND), attrs.get(REQUEST_TYPE)
+            if isinstance(kind, str):
+                operation = OPENINFERENCE_OPERATIONS.get(kind.upper())
+            elif isinstance(request_type, str):
+                operation = REQUEST_TYPE_OPERATIONS.get(request_type)
+            else:
+                operation = None
+        return _Span(ids[0], ids[1], parent, start, end, operation, attrs, (line, path))
 
     def nanos(self, raw: dict, key: str, line: Optional[int], path: str) -> int:
         value = raw.get(key)
@@ -193,9 +235,10 @@ def _parses(raw: bytes) -> bool:
 class _Builder:
     """Builds tasks from the span trees of one file."""
 
-    def __init__(self, name: str, policy: ErrorPolicy) -> None:
+    def __init__(self, name: str, policy: ErrorPolicy, block_size: int = 0) -> None:
         self.name = name
         self.policy = policy
+        self.block_size = block_size
         self.overlaps = 0
         self.orphans = 0
         self.empty_agents = 0
@@ -261,6 +304,8 @@ class _Builder:
         """LLM spans with their token counts, in start order; bad ones go to the error policy."""
         out = []
         for span in sorted(spans, key=lambda s: (s.start, s.end, s.id)):
+            if span.bad:
+                continue
             try:
                 n_in = self.tokens(span, _INPUT_KEYS)
                 n_out = self.tokens(span, _OUTPUT_KEYS)
@@ -268,11 +313,12 @@ class _Builder:
                 self.policy.bad(exc)
                 continue
             attrs = span.attrs
-            reasons = attrs.get("gen_ai.response.finish_reasons")
+            reasons = _first(attrs, _STOP_KEYS)
             if isinstance(reasons, str):
                 reasons = [reasons]
-            model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
-            call = Call(n_in, n_out, server_time=(span.end - span.start) / _NS,
+            model = _first(attrs, _MODEL_KEYS)
+            call = Call(n_in, n_out, hash_ids=span.hash_ids, block_size=self.block_size if span.hash_ids else 0,
+                        server_time=(span.end - span.start) / _NS,
                         stop_reason=str(reasons[0]) if reasons else None,
                         model=str(model) if model else None)
             out.append((span, call))
@@ -288,8 +334,9 @@ class _Builder:
                                      path=f"{path}.attributes", field=key)
                 return value
         line, path = span.where
+        named = keys[-1] if SPAN_KIND in span.attrs and OPERATION not in span.attrs else keys[0]
         raise InputError("LLM span without a token count", file=self.name, line=line, path=f"{path}.attributes",
-                         field=keys[0])
+                         field=named)
 
     def agent_task(self, agent: _Span, task_id: str, spawn: int) -> Optional[Task]:
         """The task of one agent span, its nested agents as sub-tasks; None when it holds no LLM call."""
@@ -309,7 +356,7 @@ class _Builder:
         if not calls and not subs:
             self.empty_agents += 1
             return None
-        name = agent.attrs.get("gen_ai.agent.name")
+        name = _first(agent.attrs, _AGENT_NAME_KEYS)
         return self.task(task_id, str(name) if name else DEFAULT_CLASS, calls, subs, spawn, agent.start, agent)
 
     def task(self, task_id, task_class, calls, subs, spawn, start, agent) -> Task:
@@ -331,22 +378,116 @@ class _Builder:
         return Task(task_id, tuple(out), 0.0, task_class, subtasks)
 
 
+def _first(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """The first non-empty value among `keys`."""
+    for key in keys:
+        value = attrs.get(key)
+        if value:
+            return value
+    return None
+
+
+def _json_attribute(value: Any, span: _Span, key: str, name: str) -> Any:
+    """An attribute that holds JSON text (or, from some exporters, the structure itself), decoded."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        line, path = span.where
+        raise InputError(f"not JSON: {exc}", file=name, line=line, path=f"{path}.attributes", field=key) from None
+
+
+def _indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Messages flattened into indexed attributes (``<prefix>N.<field>``), in index order."""
+    found: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, rest = key[len(prefix):].partition(".")
+        if index.isdigit() and rest:
+            found.setdefault(int(index), {})[rest] = value
+    return [found[i] for i in sorted(found)]
+
+
+def span_messages(span: _Span, name: str) -> Optional[list[Any]]:
+    """The messages an LLM span says it sent (see the module doc), or None when it carries none."""
+    attrs = span.attrs
+    if "gen_ai.input.messages" in attrs:
+        messages = _json_attribute(attrs["gen_ai.input.messages"], span, "gen_ai.input.messages", name)
+        if not isinstance(messages, list):
+            line, path = span.where
+            raise InputError("expected a JSON list of messages", file=name, line=line, path=f"{path}.attributes",
+                             field="gen_ai.input.messages")
+        system = attrs.get("gen_ai.system_instructions")
+        if system is not None:
+            parts = _json_attribute(system, span, "gen_ai.system_instructions", name)
+            messages = [{"role": "system", "parts": parts}, *messages]
+        return messages or None
+    for prefix in ("gen_ai.prompt.", "llm.input_messages."):
+        messages = _indexed(attrs, prefix)
+        if messages:
+            return messages
+    if attrs.get("input.mime_type") == "application/json" and isinstance(attrs.get("input.value"), str):
+        try:
+            request = orjson.loads(attrs["input.value"])
+        except orjson.JSONDecodeError:
+            return None  # free-form input: not a request body
+        if isinstance(request, dict) and isinstance(request.get("messages"), list):
+            return request["messages"] or None
+    return None
+
+
+def _hash_content(spans: list[_Span], name: str, policy: ErrorPolicy, hasher: ContentHasher) -> int:
+    """Give every LLM span with messages its hash ids, in the order the calls were sent, after fitting the
+    hasher's size estimate to them; returns how many LLM spans carry no messages. A span whose messages
+    cannot be read goes to the error policy."""
+    without = 0
+    found: list[tuple[_Span, list[Any], int]] = []
+    for span in sorted(spans, key=lambda s: (s.start, s.end, s.id)):
+        if span.operation not in LLM_OPERATIONS:
+            continue
+        try:
+            messages = span_messages(span, name)
+        except InputError as exc:
+            policy.bad(exc)
+            span.bad = True
+            continue
+        n_in = next((span.attrs[k] for k in _INPUT_KEYS if k in span.attrs), None)
+        if not messages:
+            without += 1
+        elif type(n_in) is int and n_in > 0:  # a bad count is reported when the call is built
+            found.append((span, messages, n_in))
+    hasher.calibrate((messages, n_in) for _, messages, n_in in found)
+    for span, messages, n_in in found:
+        span.hash_ids = hasher.hash_ids(messages, n_in)
+    return without
+
+
 def _with_times(call: Call, gap: float, sent_at: float) -> Call:
     return Call(call.input_tokens, call.output_tokens, gap, call.hash_ids, call.block_size, call.server_time,
                 sent_at, call.stop_reason, call.model, call.messages)
 
 
 def read(path: Path, policy: ErrorPolicy) -> Workload:
-    """Read OTLP JSON (or JSON Lines of exports) into agent tasks."""
+    """Read OTLP JSON (or JSON Lines of exports) or OTLP protobuf into agent tasks."""
     name = str(path)
     reader = _Reader(name, policy)
-    for line, obj in _exports(path, name, policy):
-        reader.export(obj, line)
-    builder = _Builder(name, policy)
+    with open(path, "rb") as fh:
+        head = fh.read(65536)
+    if _is_protobuf(path, head):
+        for root, obj in otlp_proto.exports(path, name):
+            reader.export(obj, None, root)
+    else:
+        for line, obj in _exports(path, name, policy):
+            reader.export(obj, line)
+    hasher = ContentHasher()
+    without_content = _hash_content(reader.spans, name, policy, hasher)
+    builder = _Builder(name, policy, hasher.block_size)
     found = builder.tasks(reader.spans)
     if not found:
         raise InputError("no GenAI LLM spans found (gen_ai.operation.name chat, text_completion or "
-                         "generate_content)", file=name)
+                         "generate_content, or openinference.span.kind LLM)", file=name)
     origin = min(start for start, _ in found)
     tasks = []
     for start, task in sorted(found, key=lambda pair: (pair[0], pair[1].id)):
@@ -360,4 +501,8 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         notes.append(f"{builder.orphans} spans name a parent that is not in the file: read as top-level")
     if builder.empty_agents:
         notes.append(f"{builder.empty_agents} agent spans without LLM calls left out")
+    notes.extend(hasher.notes("LLM calls"))
+    if without_content:
+        notes.append(f"{without_content} LLM calls carry no messages: no hash ids for them "
+                     "(--assume-append-only derives ids from the token counts)")
     return Workload(wl.tasks, (Provenance(name, FORMAT, {"on_error": policy.on_error}, tuple(notes)),))

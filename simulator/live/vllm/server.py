@@ -253,29 +253,6 @@ class VLLMServer:
         """Block until the server exits by itself (foreground use); returns its exit code."""
         return self.process.wait()
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the server process and its children (Linux /proc), 0 when gone."""
-        if self.process is None:
-            return 0
-        total = 0
-        pids = [self.process.pid]
-        while pids:
-            pid = pids.pop()
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-            pids.extend(int(c) for c in children)
-        return total
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the server's log."""
-        return _tail(self.log_path, lines) if self.log_path else ""
-
     def __enter__(self) -> "VLLMServer":
         return self.start()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.model.fidelity import compare_workloads
-from simulator.stats import Distribution, arrival_stats, index_of_dispersion, workload_stats
+from simulator.model.stats import Distribution, arrival_stats, index_of_dispersion, workload_stats
 from simulator.workload import Call, SubTask, Task, Workload
 
 

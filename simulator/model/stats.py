@@ -1,5 +1,8 @@
 """Descriptive statistics of a workload: sizes, token and gap distributions, prefix reuse, arrivals.
 
+What `agentload trace inspect` prints, and the marginals `fidelity` compares between a recorded
+workload and one generated from its fitted model.
+
 `workload_samples` gathers every per-call and per-task quantity into numpy arrays in one pass;
 `workload_stats` summarises them. Definitions (also in docs/trace-format.md):
 
@@ -33,7 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .workload import Task, Workload, appended_tokens
+from ..workload import Task, Workload, appended_tokens
 
 PERCENTILES = (50, 90, 99)
 DISPERSION_WINDOWS = (1.0, 10.0, 60.0)
@@ -135,66 +138,73 @@ class Samples:
     prefix_reuse: PrefixReuse
 
 
-def workload_samples(workload: Workload) -> Samples:
-    """Gather every quantity of the workload into arrays (one pass over its calls)."""
-    tops = sorted(workload.tasks, key=lambda t: t.arrival)
-    inputs: list[int] = []
-    outputs: list[int] = []
-    appended: list[int] = []
-    gaps: list[float] = []
-    hashed: list[tuple[int, ...]] = []
-    hashed_bs: list[int] = []
-    hashed_input: list[int] = []
-    hashed_family: list[int] = []
-    per_task_calls: list[int] = []
-    durations: list[float] = []
-    subtasks = 0
+@dataclass
+class _Columns:
+    """Per-call values gathered task by task (depth first), and the calls that carry hash ids."""
 
-    def visit(task: Task, family: int) -> float:
-        """Collect one (sub-)task's calls; return its duration."""
-        nonlocal subtasks
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    appended: list[int] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    hashed: list[tuple[int, ...]] = field(default_factory=list)
+    hashed_bs: list[int] = field(default_factory=list)
+    hashed_input: list[int] = field(default_factory=list)
+    hashed_family: list[int] = field(default_factory=list)
+    """Top-level task (its index in arrival order) of each hashed call."""
+    subtasks: int = 0
+
+    def visit(self, task: Task, family: int) -> float:
+        """Collect the calls of `task` and of its sub-tasks; return its duration (see module doc)."""
         previous = None
         end = 0.0
         ends = []
         for call in task.calls:
-            inputs.append(call.input_tokens)
-            outputs.append(call.output_tokens)
-            appended.append(appended_tokens(call, previous))
+            self.inputs.append(call.input_tokens)
+            self.outputs.append(call.output_tokens)
+            self.appended.append(appended_tokens(call, previous))
             if previous is not None:
-                gaps.append(call.gap)
+                self.gaps.append(call.gap)
             start = call.sent_at if call.sent_at is not None else end + call.gap
             end = start + (call.server_time or 0.0)
             ends.append(end)
             if call.hash_ids and call.block_size:
-                hashed.append(call.hash_ids)
-                hashed_bs.append(call.block_size)
-                hashed_input.append(call.input_tokens)
-                hashed_family.append(family)
+                self.hashed.append(call.hash_ids)
+                self.hashed_bs.append(call.block_size)
+                self.hashed_input.append(call.input_tokens)
+                self.hashed_family.append(family)
             previous = call
         duration = end
-        subtasks += len(task.subtasks)
+        self.subtasks += len(task.subtasks)
         for sub in task.subtasks:
             spawn = ends[sub.after_call] if 0 <= sub.after_call < len(ends) else 0.0
-            duration = max(duration, spawn + visit(sub.task, family))
+            duration = max(duration, spawn + self.visit(sub.task, family))
         return duration
 
-    for family, top in enumerate(tops):
-        before = len(inputs)
-        durations.append(visit(top, family))
-        per_task_calls.append(len(inputs) - before)
 
-    input_arr = np.asarray(inputs, dtype=np.int64)
-    reuse = _prefix_reuse(hashed, np.asarray(hashed_bs, dtype=np.int64), np.asarray(hashed_input, dtype=np.int64),
-                          np.asarray(hashed_family, dtype=np.int64), int(input_arr.sum()))
+def workload_samples(workload: Workload) -> Samples:
+    """Gather every quantity of the workload into arrays (one pass over its calls)."""
+    tops = sorted(workload.tasks, key=lambda t: t.arrival)
+    cols = _Columns()
+    per_task_calls: list[int] = []
+    durations: list[float] = []
+    for family, top in enumerate(tops):
+        before = len(cols.inputs)
+        durations.append(cols.visit(top, family))
+        per_task_calls.append(len(cols.inputs) - before)
+
+    input_arr = np.asarray(cols.inputs, dtype=np.int64)
+    reuse = _prefix_reuse(cols.hashed, np.asarray(cols.hashed_bs, dtype=np.int64),
+                          np.asarray(cols.hashed_input, dtype=np.int64),
+                          np.asarray(cols.hashed_family, dtype=np.int64), int(input_arr.sum()))
     return Samples(
         calls_per_task=np.asarray(per_task_calls, dtype=np.int64),
         input_tokens=input_arr,
-        appended_tokens=np.asarray(appended, dtype=np.int64),
-        output_tokens=np.asarray(outputs, dtype=np.int64),
-        gaps_s=np.asarray(gaps, dtype=np.float64),
+        appended_tokens=np.asarray(cols.appended, dtype=np.int64),
+        output_tokens=np.asarray(cols.outputs, dtype=np.int64),
+        gaps_s=np.asarray(cols.gaps, dtype=np.float64),
         task_duration_s=np.asarray(durations, dtype=np.float64),
         arrivals=np.asarray([t.arrival for t in tops], dtype=np.float64),
-        subtasks=subtasks,
+        subtasks=cols.subtasks,
         prefix_reuse=reuse,
     )
 

@@ -35,21 +35,11 @@ import simpy
 
 from ..sim.profile import ServerProfile, load_profile
 from ..sim.twin import Completion, Twin
-from .emulator import LATENESS_KEPT, Emit, _Loop
+from .prefix_cache import block_hash_ids
+from .timing import LATENESS_KEPT, Emit, LoopTiming
 
 
-def block_hash_ids(ids: Sequence[int], block_size: int) -> list[int]:
-    """One id per full block of `block_size` token ids, chained over the blocks before it: two prompts
-    get equal leading ids exactly as far as their token prefixes are equal (whole blocks)."""
-    out: list[int] = []
-    parent = 0
-    for start in range(0, len(ids) - block_size + 1, block_size):
-        parent = hash((parent, *ids[start:start + block_size]))
-        out.append(parent)
-    return out
-
-
-class _Stream:
+class _TokenDelivery:
     """One request inside `TwinTiming`: how many of its tokens went out, and where they go."""
 
     __slots__ = ("emit", "future", "sent", "prompt_tokens", "live")
@@ -81,14 +71,14 @@ class _Stream:
             self.future.set_result(0)
 
 
-class TwinTiming(_Loop):
+class TwinTiming(LoopTiming):
     """A `TimingModel` whose scheduler is the server twin of `profile`, run on the real clock.
 
-    Beyond the protocol: ``takes_prompt_ids`` (the emulator passes ``prompt_ids=`` to `submit` and reads
-    the cached prompt tokens from the returned future), `max_model_len`, and `metrics` (the vLLM
-    gauges and counters of ``GET /metrics``)."""
+    Declares every capability: it keeps its own prefix cache (the twin's), imposes the profile's
+    `max_model_len`, keeps the `lateness` of each batch of events, adds its counters to the stats
+    (under ``twin``) and serves vLLM's gauges and counters as ``GET /metrics``."""
 
-    takes_prompt_ids = True
+    keeps_prefix_cache = True
 
     def __init__(self, profile: ServerProfile, clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__()
@@ -97,9 +87,9 @@ class TwinTiming(_Loop):
         self.env = simpy.Environment(initial_time=clock())
         self.twin = Twin(self.env, profile, fast_decode=False)
         self.block_size = profile.kv_cache.block_size
-        self.max_model_len = profile.scheduler.max_model_len
-        self._pending: list[tuple[float, int, int, list[int], _Stream]] = []
-        self._streams: set[_Stream] = set()
+        self.max_model_len: Optional[int] = profile.scheduler.max_model_len
+        self._pending: list[tuple[float, int, int, list[int], _TokenDelivery]] = []
+        self._streams: set[_TokenDelivery] = set()
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.lateness: deque[float] = deque(maxlen=LATENESS_KEPT)
@@ -130,7 +120,7 @@ class TwinTiming(_Loop):
                 f"{prompt_tokens} + {output_tokens} tokens exceed max_model_len {self.max_model_len}"))
             return future
         hash_ids = block_hash_ids(prompt_ids, self.block_size) if prompt_ids is not None else []
-        self._pending.append((arrival, prompt_tokens, output_tokens, hash_ids, _Stream(emit, future, prompt_tokens)))
+        self._pending.append((arrival, prompt_tokens, output_tokens, hash_ids, _TokenDelivery(emit, future, prompt_tokens)))
         self._poke(-math.inf)
         return future
 
@@ -171,13 +161,13 @@ class TwinTiming(_Loop):
             if generated > stream.sent:
                 self._give(stream, generated - stream.sent)
 
-    def _give(self, stream: _Stream, count: int) -> None:
+    def _give(self, stream: _TokenDelivery, count: int) -> None:
         self.generation_tokens += count
         stream.give(count)
 
     def _finished(self, event: simpy.Event) -> None:
         done: Completion = event.value
-        stream: _Stream = done.tag
+        stream: _TokenDelivery = done.tag
         self._streams.discard(stream)
         self._give(stream, done.output_tokens - stream.sent)
         if not stream.future.done():
@@ -195,7 +185,11 @@ class TwinTiming(_Loop):
     # ---- observation ----------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """The twin's counters (for ``GET /agentload/stats``)."""
+        """The twin's counters, as ``twin`` in ``GET /agentload/stats``."""
+        return {"twin": self.counters()}
+
+    def counters(self) -> dict[str, Any]:
+        """The twin's counters: its profile, steps, finished requests, preemptions, tokens, cache."""
         s = self.twin.stats
         return {
             "profile": self.profile.name,
@@ -225,7 +219,7 @@ class TwinTiming(_Loop):
             "generation_tokens_total": float(self.generation_tokens),
         }
 
-    def metrics_text(self, model: str) -> str:
+    def metrics_text(self, model: str) -> Optional[str]:
         """`metrics` in Prometheus' text format, labelled with the served model name."""
         lines = []
         for name, value in self.metrics().items():

@@ -1,0 +1,83 @@
+"""The calibration sweep (`simulator.sim.calibrate`) measured on a live server: each point's burst of
+requests sent over HTTP, in shuffled rounds. The fit itself is the twin's (`simulator.sim.calibrate.fit`);
+this module only times the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..behaviour import CallRequest
+from ..errors import InputError
+from ..metrics.records import CallRecord
+from ..sim.calibrate import SweepPoint, cached_prompts
+from ..workload import Call
+from .client import Client, Target
+from .prompts import stable_id
+
+
+async def measure_sweep(
+    target: Target,
+    points: Sequence[SweepPoint],
+    *,
+    block_size: int,
+    repeat: int = 3,
+    seed: int = 0,
+    on_round: Optional[Callable[[int], None]] = None,
+) -> list[list[float]]:
+    """Each point's `repeat` measurements (seconds): its TTFT (prefill) or mean end-to-end latency
+    (decode). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
+    when round n (from 1) is done. A cached point's prompts are made of `block_size` blocks (the
+    server's). InputError at the first call that fails."""
+    # Each round measures the points in a new seeded random order: a drift of the server's speed (other
+    # work on a shared machine) spreads over all terms instead of biasing the terms measured last.
+    rng = np.random.default_rng(seed)
+    # The nonce keeps prompts unique across runs against one server: no prefix-cache hits, but for a
+    # cached point's own warm-up.
+    nonce = f"{os.getpid()}-{time.time_ns()}"
+    samples: list[list[float]] = [[] for _ in points]
+    async with Client(target, time.perf_counter()) as client:
+        await _burst(client, points[0], f"calibrate-{nonce}--1-0", block_size)  # warm-up
+        for attempt in range(repeat):
+            for index in rng.permutation(len(points)):
+                key = f"calibrate-{nonce}-{index}-{attempt}"
+                samples[index].append(await _burst(client, points[index], key, block_size))
+            if on_round is not None:
+                on_round(attempt + 1)
+    return samples
+
+
+async def _burst(client: Client, point: SweepPoint, key: str, block_size: int) -> float:
+    """Send the point's burst once (a cached point's prompts once more before, untimed); its value."""
+    calls = [Call(point.input_tokens, point.output_tokens)] * point.concurrency
+    if point.cached:
+        prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
+        calls = [Call(point.input_tokens, point.output_tokens, hash_ids=ids, block_size=block_size)
+                 for ids in prompts]
+        await _send_all(client, [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
+                                             Call(point.input_tokens, 1, hash_ids=ids, block_size=block_size))
+                                 for i, ids in enumerate(prompts)])
+    requests = [CallRequest(f"{key}-{i}", "calibrate", 0, call) for i, call in enumerate(calls)]
+    if point.idle:
+        await asyncio.sleep(point.idle)  # a pause to time: nothing else runs on this loop meanwhile
+    records = await _send_all(client, requests)
+    if point.kind == "prefill":
+        return sum(r.ttft for r in records) / len(records)
+    # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves the first
+    # token late and shortens the gaps, but not the end.
+    return sum(r.latency for r in records) / len(records)
+
+
+async def _send_all(client: Client, requests: list[CallRequest]) -> list[CallRecord]:
+    """Send the requests at once; their records, InputError at the first that failed."""
+    now = time.perf_counter() - client.t0
+    records = [record for record, _ in await asyncio.gather(*(client.send(r, now) for r in requests))]
+    for r in records:
+        if not r.ok:
+            raise InputError(f"calibration call failed: {r.error_class}: {r.error_message}",
+                             file=client.target.base_url)
+    return records
