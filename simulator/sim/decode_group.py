@@ -25,7 +25,9 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import deque
-from typing import Any, Sequence
+from typing import Sequence
+
+from .request import TwinRequest
 
 _TRIM_AT = 64
 """Shortest gap stack or shared gap list worth trimming."""
@@ -48,12 +50,14 @@ class DecodeGroup:
         self.offset_sum = 0
         """Sum of the members' `a`: their computed tokens are ``offset_sum + size * tokens``."""
         self.residues = [0] * block_size
-        self.heap: list[tuple[int, int, Any]] = []
+        self.heap: list[tuple[int, int, TwinRequest]] = []
+        """(finish point, seq, member), the finish point being the group's `tokens` when the member
+        reaches its target."""
         self.last_end = 0.0
         """End of the group's last step."""
-        self._order: deque[tuple[int, Any]] = deque()
+        self._order: deque[tuple[int, TwinRequest]] = deque()
         """(steps at join, member) in join order, which is the running order; left members linger."""
-        self._joined: list[Any] = []
+        self._joined: list[TwinRequest] = []
         """Members that joined since the last unit (their first gap is their own)."""
         self._stack_units: list[int] = []
         self._stack_max: list[float] = []
@@ -66,7 +70,7 @@ class DecodeGroup:
 
     # ---- membership -------------------------------------------------------------------------
 
-    def join(self, req: Any) -> None:
+    def join(self, req: TwinRequest) -> None:
         """Add a decoding request that holds the blocks for ``computed + horizon - tokens`` tokens."""
         tokens = self.tokens
         a = req.computed - tokens
@@ -83,7 +87,7 @@ class DecodeGroup:
         self._order.append((self.steps, req))
         self._joined.append(req)
 
-    def settle(self, req: Any) -> None:
+    def settle(self, req: TwinRequest) -> None:
         """Write a member's exact fields back at the end of a unit and take it out of the group (its
         heap entry must be gone already)."""
         tokens = self.tokens
@@ -96,9 +100,10 @@ class DecodeGroup:
         if top > req.itl_max:
             req.itl_max = top
         req.last_token = self.last_end
-        if self.keep_gaps:
+        gaps = req.gaps
+        if gaps is not None:  # kept
             base = self._gaps_base
-            req.gaps.extend(self._gaps[req.t_join + 1 - base:self.steps - base])
+            gaps.extend(self._gaps[req.t_join + 1 - base:self.steps - base])
         bs = self.block_size
         blocks = -(-(req.a + self.horizon) // bs)
         req.hold.private = blocks - req.keyed
@@ -111,11 +116,11 @@ class DecodeGroup:
         if not self.size:
             self._reset()
 
-    def members(self) -> list[Any]:
+    def members(self) -> list[TwinRequest]:
         """The members, in running order."""
         return [req for t, req in self._order if req.in_group and req.t_join == t]
 
-    def settle_all(self) -> list[Any]:
+    def settle_all(self) -> list[TwinRequest]:
         """Settle every member; returns them in running order."""
         members = self.members()
         self.heap.clear()
@@ -162,7 +167,7 @@ class DecodeGroup:
         return self.size * (per_decode + self.tokens) + self.offset_sum
 
     def advance(self, steps: int, first: float, end: float, inner_max: float, inner: Sequence[float],
-                emitted: int) -> list[Any]:
+                emitted: int) -> list[TwinRequest]:
         """Record a unit of `steps` steps ending at `first` (the first) and `end` (the last), whose
         gaps after the first step are `inner` (kept only with gaps kept; `inner_max` their largest);
         each member emitted `emitted` tokens (or fewer, reaching its target). Returns the members who
@@ -237,5 +242,5 @@ class DecodeGroup:
         self._trim_at = max(_TRIM_AT, 2 * len(self._stack_units))
 
 
-def _seq(req: Any) -> int:
+def _seq(req: TwinRequest) -> int:
     return req.seq

@@ -25,6 +25,7 @@ from ..metrics.records import CallRecord, TaskRecord
 from ..task_run import DriverResult, RecordSink, TaskRun, call_record, failed_call
 from ..workload import Task, Workload
 from .profile import ServerProfile
+from .request import TwinRequest
 from .twin import Twin, TwinStats, exact_delay
 
 
@@ -191,7 +192,7 @@ class SimDriver:
         return record
 
 
-def _served(request: CallRequest, intended: float, sent: float, done: Any) -> CallRecord:
+def _served(request: CallRequest, intended: float, sent: float, done: TwinRequest) -> CallRecord:
     """The record of a call the twin served (`done` is the twin's request record)."""
     end = done.last_token
     first = done.first_token

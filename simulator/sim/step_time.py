@@ -17,6 +17,7 @@ The profile's `request_overhead` is no step term: the twin delays each request's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .profile import ServerProfile
@@ -77,6 +78,17 @@ class StepTimeModel:
             + self.per_spec_token * drafts
             + (self.per_draft_pass * k if decode_seqs else 0.0)
         )
+
+    def decode_terms(self, decode_seqs: int) -> tuple[float, float, float]:
+        """(base, add, floor) such that a pure-decode step of `decode_seqs` sequences attending
+        `context` tokens lasts ``max(base + per_context_token * context + add, floor)``, to the bit
+        what `duration` gives: with asynchronous scheduling add is 0 and floor the scheduling time,
+        without it add is the scheduling time and floor -inf."""
+        base = self.base(0, decode_seqs)
+        schedule = self.schedule(decode_seqs)
+        if self.async_scheduling:
+            return base, 0.0, schedule
+        return base, schedule, -math.inf
 
     def schedule(self, seqs: int) -> float:
         """The CPU's scheduling overhead for a step of `seqs` sequences."""

@@ -41,15 +41,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from itertools import repeat
+from typing import Any, Generator, Iterator, Optional, Sequence
 
 import simpy
-from simpy.events import URGENT
 
 from ..workload import Call
 from .decode_group import DecodeGroup
 from .kv_cache import Holding, KVCache
 from .profile import ServerProfile
+from .request import TwinRequest
 from .step_time import StepTimeModel
 
 MAX_CHUNK_STEPS = 4096
@@ -111,42 +112,15 @@ class _Chunk:
     end: float
     inner_max: float
     """Largest gap between consecutive step ends within the run."""
-    inner_gaps: list[float]
+    inner_gaps: Sequence[float]
     """Those gaps, when the twin keeps gaps."""
     emitted: int
     """Tokens each sequence emits over the run."""
 
 
-class _Request:
-    __slots__ = ("prompt", "target", "hold", "submitted", "event", "tag", "generated", "computed",
-                 "prefill_len", "decoding", "first_token", "last_token", "itl_count", "itl_max",
-                 "cached_tokens", "preemptions", "gaps", "seq", "raw",
-                 "a", "b", "t_join", "u_join", "keyed", "in_group")
-
-    def __init__(self, prompt: int, target: int, hold: Holding, submitted: float, event: simpy.Event,
-                 tag: Any, keep_gaps: bool) -> None:
-        self.prompt = prompt
-        self.target = target
-        self.hold = hold
-        self.submitted = submitted
-        self.event = event
-        self.tag = tag
-        self.generated = 0
-        self.computed = 0
-        self.prefill_len = prompt
-        self.decoding = False
-        self.first_token: Optional[float] = None
-        self.last_token = 0.0
-        self.itl_count = 0
-        self.itl_max = 0.0
-        self.cached_tokens: Optional[int] = None
-        self.preemptions = 0
-        self.gaps: Optional[list[float]] = [] if keep_gaps else None
-        self.seq = 0
-        """Admission order (the running set's order)."""
-        self.in_group = False
-        self.raw = False
-        """Resolve the event with the request itself rather than a `Completion`."""
+_Step = tuple[list[TwinRequest], list[tuple[TwinRequest, int]], Optional[_Chunk], float, float]
+"""A planned step: (decoding requests outside the group, (request, chunk) prefills, the run of decode
+steps it is or None, start, end)."""
 
 
 class Twin:
@@ -173,8 +147,8 @@ class Twin:
         """When the API server is done with the requests it has been given."""
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
-        self.waiting: deque[_Request] = deque()
-        self.running: list[_Request] = []
+        self.waiting: deque[TwinRequest] = deque()
+        self.running: list[TwinRequest] = []
         """Running requests outside the group, all newer than its members, in running order."""
         self.group = DecodeGroup(kv.block_size, keep_gaps)
         """Decoding requests advanced together (fast path only); the oldest part of the running set."""
@@ -182,17 +156,15 @@ class Twin:
         self.clock = env.now
         self._step_index = 0
         self._admitted = 0
-        self._decode_terms: dict[int, tuple[float, float]] = {}
-        """Step-time terms of a pure-decode step by batch size (base compute, scheduling)."""
+        self._decode_terms: dict[int, tuple[float, float, float]] = {}
+        """`StepTimeModel.decode_terms` by batch size."""
         self.idle_wake = profile.step_time.idle_wake
         self.idle_after = profile.step_time.idle_after
         self._idle_since = env.now
         self._cold = 0.0
         """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
         self._wake: Optional[simpy.Event] = None
-        self._pending: Any = None
-        """The step in progress: (decodes, prefills, chunk or None, start, end)."""
-        _Start(env, self._step)
+        env.process(self._start())
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -210,11 +182,11 @@ class Twin:
         return self.submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size, tag)
 
     def submit_call_raw(self, call: Call) -> simpy.Event:
-        """`submit_call`, but the event's value is the twin's own request record instead of a
+        """`submit_call`, but the event's value is the twin's own `TwinRequest` instead of a
         `Completion`, to save building one: the SimPy driver builds its call record straight from it.
         It has the `Completion` figures under these names: `submitted`, `first_token`, `last_token`
-        (the end), `prompt`, `generated`, `cached_tokens`, `itl_count`, `itl_max`, `preemptions`,
-        `gaps` (None unless kept)."""
+        (the end), `prompt`, `generated`, `cached_tokens` (None is 0), `itl_count`, `itl_max`,
+        `preemptions`, `gaps` (None unless kept)."""
         return self._submit(call.input_tokens, call.output_tokens, call.hash_ids, call.block_size, None, True)
 
     def _submit(self, input_tokens: int, output_tokens: int, hash_ids: Sequence[int], trace_block: int,
@@ -224,8 +196,7 @@ class Twin:
             raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
         event = simpy.Event(self.env)
         hold = Holding(hash_ids, trace_block, input_tokens)
-        req = _Request(input_tokens, target, hold, self.env.now, event, tag, self.keep_gaps)
-        req.raw = raw
+        req = TwinRequest(input_tokens, target, hold, self.env.now, event, tag, [] if self.keep_gaps else None, raw)
         delay = self.request_overhead
         busy = self.frontend_per_request + self.frontend_per_prompt_token * input_tokens
         if busy > 0.0:
@@ -242,7 +213,7 @@ class Twin:
             self._enqueue(req)
         return event
 
-    def _enqueue(self, req: _Request) -> None:
+    def _enqueue(self, req: TwinRequest) -> None:
         """Put a request at the end of the waiting queue and wake an idle engine."""
         self.waiting.append(req)
         if self._wake is not None and not self._wake.triggered:
@@ -269,7 +240,13 @@ class Twin:
 
     # ---- the engine -----------------------------------------------------------------------------
 
-    def _step(self, _event: Any = None) -> None:
+    def _start(self) -> Generator[simpy.Event, Any, None]:
+        """The first step, run as a process: SimPy starts a process before the other events of its
+        instant, so the engine begins stepping exactly where a process of its own would."""
+        self._step()
+        yield from ()
+
+    def _step(self, _event: Optional[simpy.Event] = None) -> None:
         """Plan the next step and schedule its end, or wait idle for a request."""
         group = self.group
         if not self.running and not self.waiting and not group.size:
@@ -281,30 +258,31 @@ class Twin:
         if not decodes and not prefills and not group.size:
             raise RuntimeError("twin: requests wait but none can be scheduled (KV cache too small?)")
         env = self.env
+        now = env.now
         start = self.clock
         chunk = None
         if group.size and not prefills and not decodes and not preempted and not self.running \
-                and env.peek() > env._now:
+                and env.peek() > now:
             chunk = self._decode_chunk()
         if chunk is None:
             end = start + self._duration(decodes, prefills) + self._cold
             self._cold = 0.0
         else:
             end = chunk.end
-        self._pending = (decodes, prefills, chunk, start, end)
-        env.timeout(exact_delay(env._now, end)).callbacks.append(self._step_done)
+        step: _Step = (decodes, prefills, chunk, start, end)
+        env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
 
-    def _woken(self, _event: Any) -> None:
+    def _woken(self, _event: simpy.Event) -> None:
         self._wake = None
-        self.clock = self.env._now
+        self.clock = self.env.now
         if self.idle_wake and self.clock - self._idle_since > self.idle_after:
             self._cold = self.idle_wake
         self._step()
 
-    def _step_done(self, _event: Any) -> None:
-        """Apply the step in progress at its end, then plan the next one."""
-        decodes, prefills, chunk, start, end = self._pending
-        self._pending = None
+    def _step_done(self, event: simpy.Event) -> None:
+        """Apply the step that ends now (the value of `event`, its end), then plan the next one."""
+        step: _Step = event.value
+        decodes, prefills, chunk, start, end = step
         if chunk is None:
             finished = self._finish_step(decodes, prefills, end)
         else:
@@ -317,7 +295,7 @@ class Twin:
         else:
             self._step()
 
-    def _schedule(self) -> tuple[list[_Request], list[tuple[_Request, int]], bool]:
+    def _schedule(self) -> tuple[list[TwinRequest], list[tuple[TwinRequest, int]], bool]:
         """Pick this step's work: (decoding requests outside the group, (request, chunk) prefills,
         whether any preemption). The group's members all decode."""
         kv, bs = self.kv, self.block_size
@@ -336,8 +314,8 @@ class Twin:
                 self.stats.settled_steps += 1
         group.horizon = group.tokens + per_decode
         running = self.running
-        decodes: list[_Request] = []
-        prefills: list[tuple[_Request, int]] = []
+        decodes: list[TwinRequest] = []
+        prefills: list[tuple[TwinRequest, int]] = []
         preempted = False
         # Preemption pops from the end of `running`, past the request at hand: iteration stays valid.
         for req in running:
@@ -370,7 +348,7 @@ class Twin:
             self.stats.max_running = total
         return decodes, prefills, preempted
 
-    def _join(self, decodes: list[_Request]) -> list[_Request]:
+    def _join(self, decodes: list[TwinRequest]) -> list[TwinRequest]:
         """Move the scheduled decoders at the head of `running` into the group, as far as their blocks
         are only private ones from now on; returns those left out."""
         running, group, kv = self.running, self.group, self.kv
@@ -387,7 +365,7 @@ class Twin:
             del running[:k]
         return decodes[k:]
 
-    def _admit(self, budget: int, prefills: list[tuple[_Request, int]]) -> None:
+    def _admit(self, budget: int, prefills: list[tuple[TwinRequest, int]]) -> None:
         """Admit waiting requests first come first served while seats, budget and blocks allow."""
         kv, bs, running, waiting = self.kv, self.block_size, self.running, self.waiting
         seats = self.max_num_seqs - self.group.size
@@ -416,7 +394,7 @@ class Twin:
             prefills.append((req, n))
             budget -= n
 
-    def _make_room(self, req: _Request, tokens: int) -> bool:
+    def _make_room(self, req: TwinRequest, tokens: int) -> bool:
         """Preempt the newest running requests until `req` can hold `tokens`; False if `req` itself
         had to go."""
         while True:
@@ -427,7 +405,7 @@ class Twin:
             if self.kv.grow(req.hold, tokens):
                 return True
 
-    def _preempt(self, req: _Request) -> None:
+    def _preempt(self, req: TwinRequest) -> None:
         """Free a running request's blocks and put it back at the front of the waiting queue."""
         self.kv.release(req.hold)
         req.computed = 0
@@ -436,7 +414,7 @@ class Twin:
         self.stats.preemptions += 1
         self.waiting.appendleft(req)
 
-    def _duration(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> float:
+    def _duration(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]]) -> float:
         per_decode = 1 + self.k
         group = self.group
         context = len(decodes) * per_decode + group.context(per_decode)
@@ -450,7 +428,7 @@ class Twin:
             pairs += n * req.computed + n * (n + 1) // 2
         return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context, pairs)
 
-    def _finish_step(self, decodes: list[_Request], prefills: list[tuple[_Request, int]], end: float) -> bool:
+    def _finish_step(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]], end: float) -> bool:
         """Apply one step's results at its end time; True when requests finished."""
         self.clock = end
         emit = self.emitted(self._step_index) if self.k else 1
@@ -490,7 +468,7 @@ class Twin:
             self._finish(done, group_done, end)
         return bool(done)
 
-    def _token(self, req: _Request, t: float) -> None:
+    def _token(self, req: TwinRequest, t: float) -> None:
         gap = t - req.last_token
         req.itl_count += 1
         if gap > req.itl_max:
@@ -504,96 +482,64 @@ class Twin:
         only one may."""
         group = self.group
         n_seqs = group.size
-        per_decode = 1 + self.k
+        k = self.k
         remaining = group.remaining()
-        context = group.context(per_decode)
         horizon = self.env.peek()
-        model = self.model
-        # the same operations as `StepTimeModel.duration`, hoisted: results are bit-identical
+        step = self._step_index
         terms = self._decode_terms.get(n_seqs)
         if terms is None:
-            terms = self._decode_terms[n_seqs] = (model.base(0, n_seqs), model.schedule(n_seqs))
-        base, schedule = terms
-        per_context = model.per_context_token
-        overlap = model.async_scheduling
-        step = self._step_index
-        keep = self.keep_gaps
-        spec = self.k > 0
-        # the first step (its gap is each member's own), then the rest while nothing changes
-        compute = base + per_context * context
-        t = self.clock + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
-        first = t
-        if spec:
-            last_emit = self.emitted(step)
-            step += 1
-        else:
-            last_emit = 1
-        cumulative = last_emit
-        context += n_seqs * last_emit
-        if cumulative >= remaining or t >= horizon:
+            terms = self._decode_terms[n_seqs] = self.model.decode_terms(n_seqs)
+        base, add, floor = terms
+        per_context = self.model.per_context_token
+        start_context = context = group.context(1 + k)
+        # A step lasts max(compute + add, floor) (see `StepTimeModel.decode_terms`). The first step
+        # comes before the loop: its gap is each member's own, not one of the run's inner gaps.
+        compute = base + per_context * context + add
+        t = first = self.clock + (compute if compute > floor else floor)
+        emit = self.emitted(step) if k else 1
+        if emit >= remaining or first >= horizon:
             return None
-        times: list[float] = []
-        append = times.append
+        context += n_seqs * emit
+        limit = self._steps_to_emit(step + 1, remaining - emit) if k else remaining - emit
+        if limit > MAX_CHUNK_STEPS - 1:
+            limit = MAX_CHUNK_STEPS - 1
+        emits = map(self.emitted, range(step + 1, step + 1 + limit)) if k else repeat(1, limit)
+        gaps: Optional[list[float]] = [] if self.keep_gaps else None
         inner_max = 0.0
-        grow = n_seqs * last_emit
-        room = MAX_CHUNK_STEPS - 1
-        if not spec and not keep:
-            # the common case, the loop below specialised: one token a step, so the token count
-            # bounds the steps up front and only the horizon is checked in the loop
-            limit = remaining - cumulative
-            if limit > room:
-                limit = room
-            done = 0
-            if overlap:
-                while done < limit:
-                    compute = base + per_context * context
-                    before = t
-                    t = t + (compute if compute > schedule else schedule)
-                    gap = t - before
-                    if gap > inner_max:
-                        inner_max = gap
-                    context += grow
-                    done += 1
-                    if t >= horizon:
-                        break
-            else:
-                while done < limit:
-                    compute = base + per_context * context
-                    before = t
-                    t = t + (compute + schedule)
-                    gap = t - before
-                    if gap > inner_max:
-                        inner_max = gap
-                    context += grow
-                    done += 1
-                    if t >= horizon:
-                        break
-            cumulative += done
-            room -= done
-        while room and not (cumulative >= remaining or t >= horizon):
-            compute = base + per_context * context
+        steps = 1
+        for emit in emits:  # until the first to reach a target, or to end at or after the horizon
+            compute = base + per_context * context + add
             before = t
-            t = t + ((compute if compute > schedule else schedule) if overlap else compute + schedule)
+            t = t + (compute if compute > floor else floor)
             gap = t - before
             if gap > inner_max:
                 inner_max = gap
-            if keep:
-                append(gap)
-            if spec:
-                last_emit = self.emitted(step)
-                step += 1
-                grow = n_seqs * last_emit
-            cumulative += last_emit
-            context += grow
-            room -= 1
-            if cumulative >= remaining or t >= horizon:
+            if gaps is not None:
+                gaps.append(gap)
+            context += n_seqs * emit
+            steps += 1
+            if t >= horizon:
                 break
-        # Blocks for the last step must fit without preemption, else step one by one.
-        reach = group.tokens + cumulative - last_emit + per_decode
+        emitted = (context - start_context) // n_seqs
+        # Blocks for the last step (which emitted `emit`) must fit without preemption, else step one by one.
+        reach = group.tokens + emitted - emit + 1 + k
         if not self.kv.take(group.blocks_needed(reach)):
             return None
         group.horizon = reach
-        return _Chunk(MAX_CHUNK_STEPS - room, first, t, inner_max, times, cumulative)
+        return _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted)
+
+    def _steps_to_emit(self, step: int, tokens: int) -> int:
+        """The fewest steps from engine step `step` in which each decoding sequence emits `tokens`
+        (with speculative decoding)."""
+        # emitted(g) telescopes: steps step..step+n-1 emit floor((step+n) r) - floor(step r)
+        rate = self.rate
+        before = math.floor(step * rate)
+        n = max(1, int(tokens / rate))
+        while math.floor((step + n) * rate) - before < tokens:
+            n += 1
+        while n > 1 and math.floor((step + n - 1) * rate) - before >= tokens:
+            n -= 1
+        return n
 
     def _finish_chunk(self, chunk: _Chunk) -> bool:
         """Apply a run of the group's pure-decode steps at its end time; True when requests finished."""
@@ -607,7 +553,7 @@ class Twin:
             self._finish(done, len(done), chunk.end)
         return bool(done)
 
-    def _finish(self, done: list[_Request], settled: int, end: float) -> None:
+    def _finish(self, done: list[TwinRequest], settled: int, end: float) -> None:
         """End finished requests (the first `settled` were group members, already out of `running`):
         free their blocks, resolve their events."""
         if settled < len(done):
@@ -618,38 +564,28 @@ class Twin:
             self.kv.release(req.hold)
             stats.finished += 1
             stats.output_tokens += req.generated
+            event = req.event
+            assert event is not None
             if req.raw:
-                event, req.event = req.event, None  # the event's value is the request: no cycle left
+                req.event = None  # the event's value is the request: no cycle left
                 event.succeed(req)
                 continue
             count = req.itl_count
-            req.event.succeed(Completion(
+            first = req.first_token
+            event.succeed(Completion(
                 submitted=req.submitted,
-                first_token=req.first_token,
+                first_token=first,
                 end=end,
                 input_tokens=req.prompt,
                 output_tokens=req.generated,
                 cached_tokens=req.cached_tokens or 0,
                 itl_count=count,
-                itl_mean=(req.last_token - req.first_token) / count if count else None,
+                itl_mean=(req.last_token - first) / count if count and first is not None else None,
                 itl_max=req.itl_max if count else None,
                 preemptions=req.preemptions,
                 gaps=req.gaps if req.gaps is not None else [],
                 tag=req.tag,
             ))
-
-
-class _Start(simpy.Event):
-    """An event already triggered that is processed before the others of its instant, as SimPy starts a
-    process: the engine begins stepping exactly where a process of its own would."""
-
-    def __init__(self, env: simpy.Environment, callback: Any) -> None:
-        # Event.__init__ inlined as SimPy's own Initialize does, to trigger it as urgent
-        self.env = env
-        self.callbacks = [callback]
-        self._value = None
-        self._ok = True
-        env.schedule(self, URGENT)
 
 
 def exact_delay(now: float, t: float) -> float:
