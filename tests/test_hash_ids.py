@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulator import scenario as sc
+from simulator.model.schema import load_model
 from simulator.model.stats import workload_stats
 from simulator.traces import load, native
 from simulator.traces.content import ContentHasher, Estimate
@@ -164,12 +165,26 @@ def test_inspect_shows_the_assumed_reuse(tmp_path):
     assert reuse["within_task"] == pytest.approx(after.within_task)
 
 
-def test_convert_writes_the_assumed_ids(tmp_path):
+@pytest.mark.parametrize("command", [["trace", "convert"], ["transform"]])
+def test_convert_and_transform_write_the_assumed_ids(tmp_path, command):
     out = tmp_path / "w.jsonl"
-    subprocess.run([sys.executable, "-m", "simulator", "trace", "convert", str(FIXTURES / "burstgpt_sessions.csv"),
+    subprocess.run([sys.executable, "-m", "simulator", *command, str(FIXTURES / "burstgpt_sessions.csv"),
                     "-o", str(out), "--assume-append-only"], capture_output=True, text=True, check=True)
     wl = load([out])
     assert all(c.hash_ids for c in wl.all_calls()) and wl.provenance[0].options["assume_append_only"] is True
+
+
+def test_fit_reads_the_assumed_reuse(tmp_path):
+    """With the assumption the fit sees hash ids, so the model's block size is theirs, not the default."""
+    block_sizes = {}
+    for flag in ([], ["--assume-append-only"]):
+        out = tmp_path / f"m{len(flag)}.yaml"
+        subprocess.run([sys.executable, "-m", "simulator", "fit", str(FIXTURES / "burstgpt_sessions.csv"), "-o",
+                        str(out), "--allow-fallback", *flag], capture_output=True, text=True, check=True)
+        block_sizes[bool(flag)] = {c.structure.block_size for c in load_model(out).classes.values()}
+    ids = load([FIXTURES / "burstgpt_sessions.csv"], assume_append_only=True).all_calls()
+    size = next(c.block_size for c in ids if c.hash_ids)
+    assert size != 64 and size in block_sizes[True] and size not in block_sizes[False]
 
 
 def test_the_scenario_key_applies_the_assumption(tmp_path):

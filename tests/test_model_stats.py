@@ -121,6 +121,7 @@ def test_to_dict_is_json():
 def test_compare_with_itself_gives_ks_zero_and_ratios_one():
     wl = _workload()
     c = compare_workloads(wl, wl)
+    assert len(c.marginals) == 6
     for m in c.marginals:
         assert m.ks == 0.0, m.name
         assert (m.p50_ratio, m.p90_ratio, m.p99_ratio) == (1.0, 1.0, 1.0), m.name

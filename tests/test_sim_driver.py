@@ -31,7 +31,8 @@ def test_closed_loop_each_call_starts_at_previous_end_plus_gap():
     assert first.intended_send == 3.0
     assert second.intended_send == first.end + 2.0
     assert third.intended_send == second.end + 0.5
-    for record, gaps in zip(sink.calls, sink.gaps):
+    assert len(sink.calls) == 3
+    for record, gaps in zip(sink.calls, sink.gaps, strict=True):
         assert record.ok and record.actual_send == record.intended_send and record.status == 200
         assert record.output_tokens == record.requested_output_tokens
         assert record.itl_count == len(gaps) == record.output_tokens - 1

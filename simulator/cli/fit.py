@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..model.fit import fit_model
 from ..model.schema import save_model
 from ..traces import load
+from .trace import add_input_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,8 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="fit a workload model (YAML) to traces")
     p.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or folders (read as one workload)")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.yaml", help="model file to write")
-    p.add_argument("--format", default=None, help="trace format (default: detect)")
-    p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    add_input_options(p)
     p.add_argument("--one-class", action="store_true", help="fit all tasks as one class, ignoring their labels")
     p.add_argument(
         "--allow-fallback", action="store_true",
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    workload = load(args.paths, args.format, args.on_error)
+    workload = load(args.paths, args.format, args.on_error, args.assume_append_only)
     try:
         model = fit_model(workload, allow_fallback=args.allow_fallback, classes=not args.one_class)
     except InputError as exc:

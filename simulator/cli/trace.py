@@ -20,14 +20,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     inspect = sub.add_parser("inspect", help="counts, distributions, prefix reuse and arrivals of a trace")
     inspect.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (read as one workload)")
-    _input_options(inspect)
+    add_input_options(inspect)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=_inspect)
 
     convert = sub.add_parser("convert", help="write traces in the native JSONL format")
     convert.add_argument("paths", nargs="+", metavar="IN", help="trace files or folders (merged into one output)")
     convert.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="native file to write")
-    _input_options(convert)
+    add_input_options(convert)
     convert.set_defaults(func=_convert)
 
     compare = sub.add_parser("compare", help="how closely trace B resembles trace A (KS distances, ratios B/A)")
@@ -49,7 +49,8 @@ class _Formats:
         return iter(formats())
 
 
-def _input_options(parser: argparse.ArgumentParser) -> None:
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that reads traces: format, bad records, append-only prefixes."""
     parser.add_argument("--format", choices=_Formats(), default=None, help="trace format (default: detect)")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
     _append_only_option(parser)

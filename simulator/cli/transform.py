@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from ..errors import InputError
 from ..traces import load, native
 from ..transforms import TransformSpec, apply
+from .trace import add_input_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,8 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("transform", help="rescale, cap, filter or sample a workload")
     p.add_argument("paths", nargs="+", metavar="IN", help="trace files or folders (read as one workload)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="native trace to write")
-    p.add_argument("--format", default=None, help="trace format (default: detect)")
-    p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
+    add_input_options(p)
     p.add_argument("--seed", type=int, default=0, help="seed for --sample and --rate-mode overlay")
     p.add_argument("--time-scale", type=float, help="multiply arrival times (2 = half the rate, same pattern)")
     p.add_argument("--gap-scale", type=float, help="multiply the gaps before calls")
@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         first = exc.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
         raise InputError(first["msg"], field="--" + name.replace("_", "-")) from None
-    workload = apply(load(args.paths, args.format, args.on_error), spec, seed=args.seed)
+    workload = apply(load(args.paths, args.format, args.on_error, args.assume_append_only), spec, seed=args.seed)
     native.write(workload, args.output)
     tasks, calls, _ = workload.counts()
     print(f"wrote {tasks} tasks, {calls} calls -> {args.output}")
