@@ -87,15 +87,30 @@ def build(out_dir: Path, *, force: bool = False) -> dict:
         if stamp.get("builder_version") == BUILDER_VERSION:
             return stamp
 
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)
+    vocab_size, eos_id = _save_tokenizer(out_dir)
+    _save_model(out_dir, vocab_size, eos_id)
+
+    stamp = {
+        "builder_version": BUILDER_VERSION,
+        "vocab_size": vocab_size,
+        "special_token_ids": [eos_id],
+        "safe_token_ids": [1, vocab_size],
+        "max_model_len": MAX_POSITIONS,
+        "seed": SEED,
+        "build_seconds": round(time.perf_counter() - started, 3),
+    }
+    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
+    return stamp
+
+
+def _save_tokenizer(out_dir: Path) -> tuple[int, int]:
+    """Train the tokenizer and save it with the chat template; returns (vocabulary size, EOS id)."""
+    from transformers import PreTrainedTokenizerFast
 
     tok = build_tokenizer()
-    vocab_size = tok.get_vocab_size()
     eos_id = tok.token_to_id(SPECIAL_TOKEN)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -107,6 +122,13 @@ def build(out_dir: Path, *, force: bool = False) -> dict:
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out_dir)
+    return tok.get_vocab_size(), eos_id
+
+
+def _save_model(out_dir: Path, vocab_size: int, eos_id: int) -> None:
+    """Save the seeded random-weight Llama (float32, safetensors) and its generation config."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=vocab_size,
@@ -127,18 +149,6 @@ def build(out_dir: Path, *, force: bool = False) -> dict:
     model = LlamaForCausalLM(config).to(torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
     model.save_pretrained(out_dir, safe_serialization=True)
-
-    stamp = {
-        "builder_version": BUILDER_VERSION,
-        "vocab_size": vocab_size,
-        "special_token_ids": [eos_id],
-        "safe_token_ids": [1, vocab_size],
-        "max_model_len": MAX_POSITIONS,
-        "seed": SEED,
-        "build_seconds": round(time.perf_counter() - started, 3),
-    }
-    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
-    return stamp
 
 
 def main(argv: list[str] | None = None) -> int:
