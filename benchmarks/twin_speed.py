@@ -7,7 +7,7 @@
    whole SimPy run, driver and generation included (target: < 60 s on one core; the process CPU time
    is printed beside wall time, which on a shared machine includes waiting for a core).
 
-    .venv/bin/python benchmarks/twin_speed.py [--calls 1000000] [--profile NAME] [--skip-shape]
+    .venv/bin/python benchmarks/twin_speed.py [--calls 1000000] [--profile NAME] [--skip-shape] [--shared-ids]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from simulator.sim.driver import SimDriver
 from simulator.sim.profile import load_profile
 from simulator.sim.shapes import fixed_shape_throughput
+from simulator.hash_ids import HashIds
 from simulator.workload import Call, Task
 
 
@@ -44,10 +45,11 @@ class CountingSink:
         self.tasks += 1
 
 
-def agent_tasks(calls: int, seed: int, rate: float, trace_block: int) -> Iterator[Task]:
+def agent_tasks(calls: int, seed: int, rate: float, trace_block: int, shared_ids: bool = False) -> Iterator[Task]:
     """Synthetic agent tasks in arrival order: a system prompt shared by all, a conversation growing
     turn by turn, tool gaps of seconds. Generated lazily (a million calls of long prompts would hold
-    gigabytes of hash ids at once), a task's draws at once."""
+    gigabytes of hash ids at once), a task's draws at once. With `shared_ids`, a task's calls hold
+    their ids as the importers give them: `HashIds` views of one chain, not a tuple each."""
     rng = np.random.default_rng(seed)
     system = tuple(range(1, 1 + 8192 // trace_block))  # shared 8k-token system prompt and tools
     made = 0
@@ -65,7 +67,8 @@ def agent_tasks(calls: int, seed: int, rate: float, trace_block: int) -> Iterato
         fresh = prompts[-1] // trace_block - len(system)
         history = system + tuple(range(next_id, next_id + fresh))
         next_id += fresh
-        chain = tuple(Call(p, o, gap=g, hash_ids=history[:p // trace_block], block_size=trace_block)
+        ids = HashIds.of(history) if shared_ids else history
+        chain = tuple(Call(p, o, gap=g, hash_ids=ids[:p // trace_block], block_size=trace_block)
                       for p, o, g in zip(prompts, outs, gaps))
         yield Task(f"task-{count}", chain, arrival=t)
         count += 1
@@ -81,6 +84,8 @@ def main() -> None:
     parser.add_argument("--trace-block", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-shape", action="store_true")
+    parser.add_argument("--shared-ids", action="store_true",
+                        help="give calls HashIds views of one chain per task, as the importers do (default: tuples)")
     args = parser.parse_args()
     profile = load_profile(args.profile)
 
@@ -93,12 +98,13 @@ def main() -> None:
               f"({shape.output_tokens_per_s:,.0f} output tok/s)")
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in agent_tasks(args.calls, args.seed, args.rate, args.trace_block):
+    for _ in agent_tasks(args.calls, args.seed, args.rate, args.trace_block, args.shared_ids):
         pass
     generation, generation_cpu = time.perf_counter() - start, time.process_time() - cpu_start
     sink = CountingSink()
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = SimDriver(agent_tasks(args.calls, args.seed, args.rate, args.trace_block), profile, sink).run()
+    result = SimDriver(agent_tasks(args.calls, args.seed, args.rate, args.trace_block, args.shared_ids), profile,
+                       sink).run()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     stats = result.twin
     sim, sim_cpu = wall - generation, cpu - generation_cpu

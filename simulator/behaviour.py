@@ -4,7 +4,8 @@
 
 - ``Wait(seconds)``: tool or think time; the driver resumes it after that long (result: None).
 - ``Send(request)``: one model call; the driver resumes it when the response has ended, with an object
-  that has at least ``ok: bool`` (the driver's call record).
+  that has at least ``ok: bool`` (the driver's call record) and may have ``retry_after`` (seconds the
+  server asked to wait; a retry waits at least that long).
 - ``Fork(subtasks)``: start sub-agents; the driver resumes it once those with ``wait=True`` have
   finished (result: their `TaskOutcome`s in order), the others run on detached.
 
@@ -28,6 +29,12 @@ class RetryPolicy:
     retries: int = 0
     backoff: float = 1.0
     """Seconds before the first retry; doubles on each further one."""
+
+    def wait(self, attempt: int, retry_after: Optional[float] = None) -> float:
+        """Seconds to wait before retrying after failed attempt number `attempt` (0 for the first):
+        the backoff, or longer when the server asked for longer with ``Retry-After``."""
+        backoff = self.backoff * 2**attempt
+        return retry_after if retry_after is not None and retry_after > backoff else backoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,8 @@ Effect = Union[Wait, Send, Fork]
 
 class CallResult(Protocol):
     ok: bool
+    retry_after: Optional[float]
+    """Seconds the server asked to wait before a retry (``Retry-After``), None when it did not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,7 @@ def task_behaviour(task: Task, retry: RetryPolicy = RetryPolicy()) -> Behaviour:
                 break
             if attempt >= retry.retries:
                 return TaskOutcome(task.id, False, index, index, tuple(sub_outcomes))
-            yield Wait(retry.backoff * 2**attempt)
+            yield Wait(retry.wait(attempt, getattr(result, "retry_after", None)))
             attempt += 1
         if index in spawns:
             sub_outcomes.extend((yield Fork(tuple(spawns[index]))) or ())

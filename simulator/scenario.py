@@ -11,21 +11,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import reprlib
+import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator, PrivateAttr
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError, WithJsonSchema,
+                      field_validator, model_validator)
 
 from .errors import InputError
-from .metrics.slo import Slo
+from .metrics.slo import PERCENTILE_KEYS, Slo
 from .transforms import TransformSpec
 from .transforms import apply as apply_transforms
-from .workload import Workload
+from .workload import MAX_SECONDS, MAX_TOKENS, Workload
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # `drain: .inf` is a typo, not a setting
 
 
 class GenerateOptions(_Strict):
@@ -43,6 +47,17 @@ class GenerateOptions(_Strict):
         return self
 
 
+class SyntheticSpec(_Strict):
+    """A fixed-shape workload, as servers are usually quoted ("512 in, 512 out, 256 concurrent"):
+    `concurrency` closed-loop streams arriving at once, each sending its next call as soon as the last
+    ended, every prompt unique (no prefix sharing)."""
+
+    input_tokens: int = Field(gt=0, le=MAX_TOKENS, description="Prompt tokens of every call.")
+    output_tokens: int = Field(gt=0, le=MAX_TOKENS, description="Output tokens of every call.")
+    concurrency: int = Field(gt=0, le=1_000_000, description="Streams running at once (one task each).")
+    calls: Optional[int] = Field(None, gt=0, le=100_000_000, description="Calls in all, spread evenly over the streams (default: 8 a stream).")
+
+
 class WorkloadSpec(_Strict):
     """Where the tasks come from: a recorded trace, or a workload model to generate from; then transforms."""
 
@@ -55,20 +70,21 @@ class WorkloadSpec(_Strict):
         "was appended (an agent loop's context) and derive prefix hash ids from the token counts (with `trace`).",
     )
     model: Optional[str] = Field(None, description="Workload model YAML file to generate tasks from; relative to the scenario file.")
+    synthetic: Optional[SyntheticSpec] = Field(None, description="A fixed-shape closed-loop workload instead of a trace or a model.")
     generate: Optional[GenerateOptions] = Field(None, description="Generation options (with `model`).")
     transforms: Optional[TransformSpec] = Field(
         None, description="Transforms applied to the workload, in the order filter, sample, rate, time, gaps, gap cap, tokens."
     )
     stagger: Optional[float] = Field(
-        None, ge=0,
+        None, ge=0, le=MAX_SECONDS,
         description="Re-space top-level arrivals this many seconds apart, in arrival order, after the transforms "
         "(for traces whose sessions carry no arrival times).",
     )
 
     @model_validator(mode="after")
     def _one_source(self) -> "WorkloadSpec":
-        if (self.trace is None) == (self.model is None):
-            raise ValueError("give exactly one of `trace` or `model`")
+        if sum(source is not None for source in (self.trace, self.model, self.synthetic)) != 1:
+            raise ValueError("give exactly one of `trace`, `model` or `synthetic`")
         if self.generate is not None and self.model is None:
             raise ValueError("`generate` needs `model`")
         return self
@@ -106,6 +122,44 @@ class TargetSpec(_Strict):
         False, description="Also sample this machine's GPUs through NVML (needs nvidia-ml-py): for a server on this machine."
     )
 
+    # The checks below never echo the value: a URL or a header may hold a credential.
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        except ValueError:
+            raise ValueError("not a URL (e.g. http://localhost:8000)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError("must be an http:// or https:// URL with a host, e.g. http://localhost:8000")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if any(c in text for c in "\r\n\0"):
+                raise ValueError(f"the value of header {name!r} holds a line break or NUL")
+        return value
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name (RFC 9110 token)."""
+
+
+def _check_workers(value: Any) -> Union[int, str]:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"must be a number of shards (1 or more) or 'auto', got {value!r}")
+
+
+Workers = Annotated[Union[int, str], PlainValidator(_check_workers),
+                    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]})]
+"""`run.workers`: a number of shards, or 'auto'."""
+
 
 class RunSpec(_Strict):
     """How the replay runs. Figures cover the window [warmup, end of arrivals - cooldown]."""
@@ -127,6 +181,11 @@ class RunSpec(_Strict):
     backoff: float = Field(1.0, ge=0, description="Seconds before the first retry; doubles on each further one.")
     output: str = Field("results", description="Folder under which each run writes its result folder.")
     scrape_interval: float = Field(1.0, gt=0, description="Seconds between two scrapes of the server's /metrics.")
+    workers: Optional[Workers] = Field(
+        None, description="Shards the run's tasks are spread over, each a Ray actor with its own process, event loop "
+        "and client (whole tasks, dealt round-robin by arrival); 'auto': enough that no shard starts more calls at "
+        "one instant than it times honestly, one per CPU of the cluster at most. Set, the run goes through Ray (`--ray` picks "
+        "the cluster; pip install 'agentload[ray]'); see docs/scale-out.md. Default: one process (auto with --ray).")
 
 
 class Scenario(_Strict):
@@ -148,6 +207,11 @@ class Scenario(_Strict):
     run: RunSpec = Field(default_factory=RunSpec)
     slo: Slo = Field(default_factory=Slo)
 
+    @field_validator("emulator", mode="before")
+    @classmethod
+    def _no_emulator(cls, value: Any) -> Any:
+        return {} if value is None else value  # `emulator: null` (or --set emulator=null): no settings
+
     @field_validator("emulator")
     @classmethod
     def _check_emulator(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +222,18 @@ class Scenario(_Strict):
                 raise ValueError(f"unknown emulator setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         if "profile" in value and not isinstance(value["profile"], str):
             raise ValueError("emulator.profile must be a preset name or a YAML path")
+        if known is not None:
+            from .emulator.settings import check  # noqa: PLC0415 - keep scenario loading light
+
+            value = check(value)
         return value
+
+    @model_validator(mode="after")
+    def _target_or_emulator(self) -> "Scenario":
+        if self.target is not None and self.emulator:
+            raise ValueError("`emulator` settings apply only without a `target` (the run would not start the "
+                             "emulator): remove one of them (--set emulator=null drops the emulator settings)")
+        return self
 
     _source: Optional[str] = PrivateAttr(None)
 
@@ -210,14 +285,18 @@ def load(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read and validate a scenario file, applying ``key.path=value`` overrides (values parsed as YAML)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
     return parse(text, str(path), overrides)
 
 
 def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
     """Validate scenario YAML text; `source` names it in errors and anchors relative paths."""
+    if _too_deep(text):
+        raise InputError(f"YAML nested more than {MAX_NESTING} levels deep: not a scenario", file=source)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -226,6 +305,8 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=source,
                          line=mark.line + 1 if mark else None) from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise InputError("YAML nested too deeply to be a scenario", file=source) from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
@@ -237,6 +318,8 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _describe(exc, node, source, set_keys) from None
+    except RecursionError:
+        raise InputError("a value is nested too deeply to be a scenario setting", file=source) from None
     scenario._source = source
     _resolve_emulator_profile(scenario, node, source)
     return scenario
@@ -250,12 +333,13 @@ def _resolve_emulator_profile(scenario: Scenario, root: Any, source: str) -> Non
     from .sim.profile import load_profile  # noqa: PLC0415 - only scenarios that ask for a twin
 
     path = _resolve(scenario.base_dir(), name)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        name = scenario.emulator["profile"] = str(path)
     try:
+        if path.suffix in (".yaml", ".yml") and path.is_file():
+            name = scenario.emulator["profile"] = str(path)
         load_profile(name)
-    except InputError as exc:
-        raise InputError(f"emulator profile: {exc.message}", file=source, line=_line_of(root, ["emulator", "profile"]),
+    except (InputError, OSError) as exc:  # OSError: e.g. a name too long for the file system
+        message = exc.message if isinstance(exc, InputError) else exc.strerror or str(exc)
+        raise InputError(f"emulator profile: {message}", file=source, line=_line_of(root, ["emulator", "profile"]),
                          path="emulator.profile", field="profile") from None
 
 
@@ -264,11 +348,15 @@ def _apply_override(data: dict, item: str, source: str) -> str:
     key = key.strip()
     if not sep or not key:
         raise InputError(f"--set expects key.path=value, got {item!r}", file=source)
+    if _too_deep(raw):
+        raise InputError(f"--set {key}: value nested more than {MAX_NESTING} levels deep", file=source)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
-    parts = key.split(".")
+    except RecursionError:
+        raise InputError(f"--set {key}: value nested too deeply", file=source) from None
+    parts = _key_parts(key)
     here = data
     for i, part in enumerate(parts[:-1]):
         nxt = here.get(part)
@@ -279,6 +367,63 @@ def _apply_override(data: dict, item: str, source: str) -> str:
         here = nxt
     here[parts[-1]] = value
     return key
+
+
+MAX_NESTING = 64
+"""Deepest nesting of brackets or braces a scenario's YAML may have (PyYAML slows to seconds, then fails,
+on thousands)."""
+
+
+def _too_deep(text: str) -> bool:
+    """Whether YAML flow collections (``[``, ``{``) nest deeper than `MAX_NESTING`, quoted text and comments
+    aside: checked before PyYAML sees the text."""
+    depth = 0
+    quote = ""
+    comment = False
+    for ch in text:
+        if comment:
+            comment = ch != "\n"
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return True
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return False
+
+
+_DOTTED_KEYS = frozenset(k for k in PERCENTILE_KEYS if "." in k)
+"""Setting names with a dot in them (``p99.9``), kept whole when --set splits its key path."""
+
+
+def _key_parts(key: str) -> list[str]:
+    """The parts of a --set key path: split at dots, except inside a name that has one (``slo.ttft_ms.p99.9``)."""
+    parts = key.split(".")
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        if i + 1 < len(parts) and f"{parts[i]}.{parts[i + 1]}" in _DOTTED_KEYS:
+            out.append(f"{parts[i]}.{parts[i + 1]}")
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return out
+
+
+def _shown(value: Any) -> str:
+    """A bad value for an error message, cut short (a YAML alias can make a huge structure)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        text = json.dumps(value, default=str)
+    else:
+        text = reprlib.repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _describe(exc: ValidationError, root: Any, source: str, set_keys: set[str]) -> InputError:
@@ -296,7 +441,7 @@ def _describe(exc: ValidationError, root: Any, source: str, set_keys: set[str]) 
     elif first["type"] == "missing":
         message = "required key missing"
     elif "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
-        message += f" (got {json.dumps(first['input'], default=str)})"
+        message += f" (got {_shown(first['input'])})"
     line = None
     if dotted not in set_keys:
         line = _line_of(root, loc)
@@ -339,6 +484,8 @@ def load_workload(scenario: Scenario) -> Workload:
 
         paths = [_resolve(base, p) for p in spec.trace_paths()]
         workload = load_traces(paths, spec.format, spec.on_error, spec.assume_append_only)
+    elif spec.synthetic is not None:
+        workload = synthetic_workload(spec.synthetic)
     else:
         workload = _generate(scenario, _resolve(base, spec.model))
     if spec.transforms is not None and not spec.transforms.is_identity():
@@ -383,3 +530,17 @@ def _generate(scenario: Scenario, model_path: Path) -> Workload:
                          file=scenario.source, path="workload.generate")
     return generate(load_model(model_path), tasks=tasks, duration=duration, seed=seed, rate=options.rate,
                     source=str(model_path))
+
+
+def synthetic_workload(spec: SyntheticSpec) -> Workload:
+    """The fixed-shape workload of `spec`: one task per stream, all arriving at 0, the calls spread
+    evenly over them back to back; calls carry no hash ids, so every prompt is unique."""
+    from .workload import Call, Provenance, Task  # noqa: PLC0415 - only synthetic workloads need them
+
+    call = Call(input_tokens=spec.input_tokens, output_tokens=spec.output_tokens)
+    total = spec.calls if spec.calls is not None else 8 * spec.concurrency
+    streams = min(spec.concurrency, total)
+    per, extra = divmod(total, streams)
+    tasks = tuple(Task(id=f"stream-{i}", calls=(call,) * (per + (1 if i < extra else 0))) for i in range(streams))
+    note = Provenance(source="synthetic", format="synthetic", options=spec.model_dump())
+    return Workload(tasks, (note,))

@@ -70,6 +70,7 @@ def call_record(
     status: Optional[int] = None,
     error_class: Optional[str] = None,
     error_message: Optional[str] = None,
+    retry_after: Optional[float] = None,
 ) -> CallRecord:
     """The record of one call of `request`: identity and requested sizes from the request, the rest as
     measured. `input_tokens` defaults to the planned prompt size."""
@@ -94,14 +95,15 @@ def call_record(
         status=status,
         error_class=error_class,
         error_message=error_message,
+        retry_after=retry_after,
     )
 
 
 def failed_call(request: CallRequest, intended: float, sent: float, end: float, error_class: str, message: str,
-                status: Optional[int] = None) -> CallRecord:
-    """The record of a call that got no usable response."""
+                status: Optional[int] = None, retry_after: Optional[float] = None) -> CallRecord:
+    """The record of a call that got no usable response (`retry_after`: the server's ``Retry-After``)."""
     return call_record(request, intended, sent, end, ok=False, status=status, error_class=error_class,
-                       error_message=message)
+                       error_message=message, retry_after=retry_after)
 
 
 class TaskRun:

@@ -9,8 +9,10 @@ Each transform returns a new workload and leaves its input untouched:
   circularly by a seeded random offset, then keeps a seeded sample of round(r × n) tasks; for r < 1
   it keeps a seeded sample of round(r × n) tasks (thinning).
 - `gap_cap`: no gap longer than the cap (hour-long human pauses in a 10-minute test).
-- `token_scale` with `context_cap`: scale input and output tokens; cap input + output per call (for
-  a small-context test model: output first kept up to half the cap, the prompt keeps its head).
+- `token_scale` with `context_cap`: scale input and output tokens (a call keeps at least one output
+  token, as a live server needs); cap input + output per call (for a small-context test model: output
+  first kept up to half the cap, the prompt keeps its head). Without a cap, a scale that takes a call
+  past `workload.MAX_TOKENS` is an InputError.
   Hash ids are rebuilt so prefix sharing survives: a new block is identified by the original
   block holding its last token and its own position, so any two prompts that shared a prefix still
   share it, scaled (block size unchanged).
@@ -24,13 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InputError
-from .workload import Call, Provenance, SubTask, Task, Workload
+from .hash_ids import ID_LIMIT, HashIds, common_prefix
+from .workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
+
+MAX_OVERLAY_TASKS = 10_000_000
+"""Most tasks an overlay rate scale may lay out (copies × tasks): beyond, memory runs out first."""
 
 
 class TransformSpec(BaseModel):
@@ -42,16 +48,17 @@ class TransformSpec(BaseModel):
     """Keep only tasks of these classes."""
     sample: Optional[Annotated[int, Field(ge=0)]] = None
     """Keep this many tasks, drawn with the seed."""
-    rate_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    rate_scale: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
     rate_mode: Literal["compress", "overlay"] = "compress"
-    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    time_scale: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
     """Multiplies arrival times (2: half the rate, same pattern)."""
-    gap_scale: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    gap_scale: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
     """Multiplies the gaps before calls."""
-    gap_cap: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    gap_cap: Optional[Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]] = None
     """Seconds; longer gaps are cut to this."""
-    token_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
-    context_cap: Optional[Annotated[int, Field(gt=1)]] = None
+    token_scale: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
+    """Multiplies input and output tokens (a call keeps at least one of each it had)."""
+    context_cap: Optional[Annotated[int, Field(gt=1, le=2 * MAX_TOKENS)]] = None
     """Most input + output tokens of one call."""
 
     def is_identity(self) -> bool:
@@ -69,6 +76,10 @@ def _map_calls(task: Task, fn) -> Task:
 
 
 def _with(workload: Workload, tasks, what: str, options: dict) -> Workload:
+    tasks = list(tasks)
+    late = max((t.arrival for t in tasks), default=0.0)
+    if not late <= MAX_SECONDS:
+        raise InputError(f"{what} puts an arrival {late:.3g} s from the start, more than {MAX_SECONDS:g} s", field=what)
     ordered = tuple(sorted(tasks, key=lambda t: t.arrival))
     note = Provenance(source="transform", format=what, options=options)
     return Workload(ordered, workload.provenance + (note,))
@@ -90,6 +101,10 @@ def gap_scale(workload: Workload, factor: float) -> Workload:
     """Every gap before a call × `factor`."""
     if factor < 0:
         raise InputError("gap scale must be >= 0", field="gap_scale")
+    longest = max((c.gap for c in workload.all_calls()), default=0.0)
+    if longest * factor > MAX_SECONDS:
+        raise InputError(f"gap scale {factor:g} makes a gap of {longest * factor:.3g} s, more than {MAX_SECONDS:g} s",
+                         field="gap_scale")
     tasks = [_map_calls(t, lambda c: dataclasses.replace(c, gap=c.gap * factor)) for t in workload.tasks]
     return _with(workload, tasks, "gap_scale", {"factor": factor})
 
@@ -122,18 +137,42 @@ def rate_scale(workload: Workload, factor: float, mode: str = "compress", seed: 
     # The circular period: the span plus one mean gap, so the wrap adds no burst of its own.
     period = span * n / (n - 1) if n > 1 and span > 0 else 1.0
     copies = max(1, math.ceil(factor))
-    # A copy is another user doing similar work, not the same prompt again: its hash ids move to a
-    # range of their own so a prefix cache does not see copies as reuse.
-    stride = 1 + max((i for c in workload.all_calls() for i in c.hash_ids), default=0)
+    if copies * n > MAX_OVERLAY_TASKS:
+        raise InputError(f"overlay rate scale {factor:g} lays out {copies * n:,} tasks, more than {MAX_OVERLAY_TASKS:,}",
+                         field="rate_scale")
+    shift = _CopyIds(workload, copies, rng)
     pool: list[Task] = []
     for k in range(copies):
-        shift = 0.0 if k == 0 else float(rng.uniform(0, period))
+        offset = 0.0 if k == 0 else float(rng.uniform(0, period))
         for t, a in zip(tasks, arrivals):
-            copy = t if k == 0 else _map_calls(t, lambda c, off=k * stride: dataclasses.replace(c, hash_ids=tuple(i + off for i in c.hash_ids)))
-            pool.append(dataclasses.replace(copy, id=t.id if k == 0 else f"{t.id}~{k}", arrival=t0 + (a + shift) % period))
+            copy = t if k == 0 else _map_calls(t, lambda c, k=k: dataclasses.replace(c, hash_ids=shift(c.hash_ids, k)))
+            pool.append(dataclasses.replace(copy, id=t.id if k == 0 else f"{t.id}~{k}", arrival=t0 + (a + offset) % period))
     keep = min(len(pool), int(round(factor * n)))
     chosen = np.sort(rng.choice(len(pool), size=keep, replace=False))
     return _with(workload, [pool[i] for i in chosen], "rate_scale", {"factor": factor, "mode": mode, "seed": seed})
+
+
+class _CopyIds:
+    """Hash ids of the k-th copy of a workload: a copy is another user doing similar work, not the same prompt
+    again, so its ids move to a range of their own and a prefix cache does not see copies as reuse. Copy k
+    adds k × (largest id + 1) while that stays below 2**63; past that, a seeded 63-bit offset per copy, modulo
+    2**63 (ids then meet another copy's only by chance, with odds of about ids² / 2**63)."""
+
+    def __init__(self, workload: Workload, copies: int, rng: np.random.Generator) -> None:
+        largest = max((ids.max() if isinstance(ids, HashIds) else max(ids)
+                       for ids in (c.hash_ids for c in workload.all_calls()) if ids), default=0)
+        stride = largest + 1
+        if copies * stride <= ID_LIMIT:
+            self.offsets = [k * stride for k in range(copies)]
+        else:
+            self.offsets = [0] + [int(x) for x in rng.integers(1, ID_LIMIT, size=copies - 1)]
+        self.cache: dict = {}
+
+    def __call__(self, ids, k: int):
+        offset = self.offsets[k]
+        if isinstance(ids, HashIds):
+            return ids.shifted(offset, self.cache)
+        return tuple((i + offset) % ID_LIMIT for i in ids)
 
 
 def filter_classes(workload: Workload, classes: list[str]) -> Workload:
@@ -158,7 +197,8 @@ def sample(workload: Workload, n: int, seed: int = 0) -> Workload:
 
 
 class _Rehash:
-    """New hash ids for scaled prompts, consistent across the whole workload."""
+    """New hash ids for scaled prompts, consistent across the whole workload (numbered from 1 as first met,
+    so a prompt's new blocks get consecutive ids)."""
 
     def __init__(self, factor: float) -> None:
         self.factor = factor
@@ -176,36 +216,64 @@ class _Rehash:
             return ()
         blocks = new_input // bs
         covered = len(call.hash_ids)  # original blocks with ids
+        original = call.hash_ids
         out = []
         for j in range(blocks):
             # Original block holding this new block's last token; equal original ids mean equal
             # prefixes, so (that id, position) names the same scaled content wherever it appears.
             k = int(((j + 1) * bs / self.factor - 1) // bs)
-            out.append(self._id((call.hash_ids[k], j) if k < covered else ("fresh", call_key, j)))
+            out.append(self._id((original[k], j) if k < covered else ("fresh", call_key, j)))
         return tuple(out)
 
 
+def _scaled(count: int, factor: float, capped: bool) -> int:
+    """`count` × `factor`, rounded, at least 1 when `count` is (a call keeps an output token: a live server
+    refuses max_tokens 0, so the twin must not be given such a call either)."""
+    if not count:
+        return 0
+    value = count * factor
+    if value > MAX_TOKENS and not capped:
+        raise InputError(f"token scale {factor:g} makes a call of {value:.3g} tokens, more than the {MAX_TOKENS:,} a "
+                         "call may have (set context_cap, or a smaller token_scale)", field="token_scale")
+    return max(1, int(round(min(value, 2 * MAX_TOKENS))))
+
+
 def token_scale(workload: Workload, factor: float = 1.0, context_cap: Optional[int] = None) -> Workload:
-    """Input and output tokens × `factor`, then input + output capped at `context_cap` per call;
-    hash ids rebuilt so shared prefixes stay shared (see the module doc)."""
+    """Input and output tokens × `factor` (a call keeps at least one of each it had), then input + output
+    capped at `context_cap` per call; hash ids rebuilt so shared prefixes stay shared (see the module doc).
+    The calls of a task share their new ids' storage (`simulator.hash_ids`)."""
     if factor <= 0:
         raise InputError("token scale must be > 0", field="token_scale")
     if context_cap is not None and context_cap < 2:
         raise InputError("context cap must be >= 2", field="context_cap")
     rehash = _Rehash(factor)
     counter = [0]
+    capped = context_cap is not None
 
-    def fix(call: Call) -> Call:
-        inp = max(1, int(round(call.input_tokens * factor))) if call.input_tokens else 0
-        out = int(round(call.output_tokens * factor))
-        if context_cap is not None and inp + out > context_cap:
-            out = min(out, context_cap // 2)
-            inp = context_cap - out
-        counter[0] += 1
-        ids = rehash.call(call, inp, counter[0]) if factor != 1.0 else call.hash_ids[: inp // call.block_size] if call.block_size else call.hash_ids
-        return dataclasses.replace(call, input_tokens=inp, output_tokens=out, hash_ids=ids)
+    def task(t: Task) -> Task:
+        previous: Sequence[int] = ()
+        calls = []
+        for call in t.calls:
+            inp = _scaled(call.input_tokens, factor, capped)
+            out = _scaled(call.output_tokens, factor, capped)
+            if context_cap is not None and inp + out > context_cap:
+                out = min(out, context_cap // 2)
+                inp = context_cap - out
+            counter[0] += 1
+            if factor != 1.0:
+                ids = rehash.call(call, inp, counter[0])
+            else:
+                ids = call.hash_ids[: inp // call.block_size] if call.block_size else call.hash_ids
+            if ids and not isinstance(ids, HashIds):
+                base = previous if isinstance(previous, HashIds) else HashIds.of(())
+                shared = common_prefix(base, ids)
+                ids = base.extend(shared, ids[shared:])
+            previous = ids
+            calls.append(dataclasses.replace(call, input_tokens=inp, output_tokens=out, hash_ids=ids))
+        subs = tuple(dataclasses.replace(s, task=task(s.task)) for s in t.subtasks)
+        return dataclasses.replace(t, calls=tuple(calls), subtasks=subs)
 
-    tasks = [_map_calls(t, fix) for t in workload.tasks]
+    tasks = [task(t) for t in workload.tasks]
     return _with(workload, tasks, "token_scale", {"factor": factor, "context_cap": context_cap})
 
 

@@ -75,7 +75,7 @@ def test_max_in_flight_queues_the_same_live_and_simulated(tmp_path):
     # the same queueing: the wait for a place shows as the first call's client lag, on both clocks
     for task_id, s in sim.items():
         if task_id in ("t0", "t1"):
-            assert s.client_lag == 0.0 and live[task_id].client_lag < 0.15  # the first connection opens
+            assert s.client_lag == 0.0 and live[task_id].client_lag < 0.25  # no wait for a place (< half of one)
         else:
             assert s.client_lag > 0.2
             assert live[task_id].client_lag == pytest.approx(s.client_lag, abs=0.12, rel=0.1), task_id

@@ -219,7 +219,7 @@ async def test_stats_route():
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/agentload/stats") as resp:
                 data = await resp.json()
-    assert data == {"requests": 0, "connections_opened": 1, "max_active_streams": 0}  # batched: no lateness
+    assert data == {"requests": 0, "connections_opened": 1, "active_streams": 0, "max_active_streams": 0}  # batched: no lateness
 
 
 def test_parse_fault():
@@ -378,5 +378,5 @@ async def test_a_timing_model_declaring_nothing_gets_no_metrics_and_no_lateness(
             status, raw = await post(emulator.url, "/v1/completions", {"prompt": prompt, "max_tokens": 2})
             cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
     assert cached == [0, 16]  # the server's own prefix cache
-    assert set(emulator.stats()) == {"requests", "connections_opened", "max_active_streams"}
+    assert set(emulator.stats()) == {"requests", "connections_opened", "active_streams", "max_active_streams"}
     assert emulator.settings.max_model_len == 4096

@@ -271,3 +271,60 @@ def test_bad_block_size(tmp_path):
     with pytest.raises(InputError) as err:
         load([_write(tmp_path, _session([_req(1.0)], block_size=0))])
     assert err.value.field == "block_size"
+
+
+# ---- bad input (issue 17) ----------------------------------------------------------------------------
+
+def _session_file(tmp_path, requests) -> Path:
+    return _write(tmp_path, _session(requests), "s.json")
+
+
+def test_json_nested_too_deep_is_an_input_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"block_size": 64, "requests": [], "x": ' + "[" * 20000 + "]" * 20000 + "}")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert "JSON" in str(err.value)
+
+
+def test_sub_agents_nested_too_deep_are_an_input_error(tmp_path):
+    request = {"t": 0, "in": 10, "out": 1, "hash_ids": [1]}
+    for _ in range(claude_code.MAX_DEPTH + 2):
+        request = {"type": "subagent", "agent_id": "a", "t": 1, "requests": [{"t": 0, "in": 10, "out": 1, "hash_ids": [1]}, request]}
+    with pytest.raises(InputError) as err:
+        load([_session_file(tmp_path, [{"t": 0, "in": 10, "out": 1, "hash_ids": [1]}, request])])
+    assert "nested more than" in str(err.value)
+
+
+@pytest.mark.parametrize("request_, field", [
+    ({"t": 0, "in": 10, "out": 1, "hash_ids": [True]}, "hash_ids"),
+    ({"t": 0, "in": 10, "out": 1, "hash_ids": [0, 1.0]}, "hash_ids"),
+    ({"t": 0, "in": 2**63, "out": 1, "hash_ids": []}, "in"),
+    ({"t": 0, "in": 10, "out": 16777217, "hash_ids": []}, "out"),
+    ({"t": 1e300, "in": 10, "out": 1, "hash_ids": []}, "t"),
+])
+def test_values_out_of_range_are_input_errors(tmp_path, request_, field):
+    with pytest.raises(InputError) as err:
+        load([_session_file(tmp_path, [request_])])
+    assert err.value.field == field and err.value.path.startswith("$.requests[0]")
+
+
+def test_a_float_equal_to_a_known_id_is_still_refused(tmp_path):
+    requests = [{"t": 0, "in": 128, "out": 1, "hash_ids": [5, 6]}, {"t": 1, "in": 192, "out": 1, "hash_ids": [5, 6, 5.0]}]
+    with pytest.raises(InputError) as err:
+        load([_session_file(tmp_path, requests)])
+    assert err.value.path == "$.requests[1].hash_ids" and "item 2" in str(err.value)
+
+
+def test_calls_share_the_ids_they_repeat():
+    wl = load([SAMPLES / "trace_0057.json"])
+    calls = wl.tasks[0].calls
+    chains = {id(c.hash_ids._chain) for c in calls}
+    assert len(chains) < len(calls)
+    for previous, call in zip(calls, calls[1:]):
+        n = 0
+        for a, b in zip(previous.hash_ids, call.hash_ids):
+            if a != b:
+                break
+            n += 1
+        assert call.hash_ids[:n] == previous.hash_ids[:n]

@@ -202,3 +202,66 @@ def test_burstgpt_missing_column_empty_file_and_skip(tmp_path):
     assert [(t.arrival, t.calls[0].input_tokens) for t in wl.tasks] == [(0.0, 472), (3.0, 40)]
     notes = " ".join(wl.provenance[0].notes)
     assert "skipped 1 record(s): Timestamp" in notes and "skipped 1 record(s): Request tokens" in notes
+
+
+# ---- encodings and bounds (issue 17) ---------------------------------------------------------------
+
+BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_a_latin1_export_is_read_and_the_notes_say_so(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes((BURST + "5,ChatGPT caf\xe9,10,20,30,Conversation log\n").encode("latin-1"))
+    wl = load([path])
+    assert wl.tasks[0].calls[0].model == "ChatGPT caf\xe9"  # the byte 0xE9 read as Latin-1
+    assert any("read as Latin-1" in note for note in wl.provenance[0].notes)
+    utf8 = tmp_path / "utf8.csv"
+    utf8.write_text(BURST + "5,ChatGPT caf\xe9,10,20,30,Conversation log\n", encoding="utf-8")
+    assert load([utf8]).tasks == wl.tasks and not any("Latin-1" in n for n in load([utf8]).provenance[0].notes)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig", "utf-32"])
+def test_a_file_with_a_byte_order_mark_is_read_in_its_encoding(tmp_path, encoding):
+    path = tmp_path / "azure.csv"
+    path.write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,20\n".encode(encoding))
+    assert detect(path) is azure  # sniffed through its encoding
+    assert load([path]).tasks[0].calls[0].input_tokens == 100
+
+
+def test_utf16_without_a_bom_is_an_input_error_naming_the_line(tmp_path):
+    path = tmp_path / "azure.csv"
+    path.write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,100,20\n".encode("utf-16-le"))
+    with pytest.raises(InputError) as err:
+        load([path], format="azure")
+    assert err.value.line == 1 and "NUL" in str(err.value)
+
+
+def test_a_field_too_long_for_a_row_is_an_input_error(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text(BURST + '5,"' + "x" * 200_000 + '",10,20,30,Conversation log\n')
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 2 and "CSV row" in str(err.value)
+
+
+@pytest.mark.parametrize("cell, words", [("16777217", "more than the 16,777,216"), ("1e400", "whole number"),
+                                         ("9" * 5000, "whole number")])
+def test_token_counts_beyond_the_cap_are_input_errors(tmp_path, cell, words):
+    path = tmp_path / "big.csv"
+    path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,{cell},20\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 2 and err.value.field == "ContextTokens" and words in str(err.value)
+
+
+def test_timestamps_out_of_range_are_input_errors(tmp_path):
+    path = tmp_path / "far.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0001-01-01 00:00:00+23:59,1,2\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.field == "TIMESTAMP"
+    late = tmp_path / "late.csv"
+    late.write_text(BURST + "-9e8,m,1,2,3,API log\n9e8,m,1,2,3,API log\n")
+    with pytest.raises(InputError) as err:
+        load([late])
+    assert err.value.line == 3 and "after the first row" in str(err.value)

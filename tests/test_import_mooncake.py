@@ -194,3 +194,36 @@ def test_skip_mode_counts_bad_lines(tmp_path):
     notes = " ".join(wl.provenance[0].notes)
     assert "skipped 1 record(s): timestamp" in notes and "skipped 1 record(s): input_length" in notes
     assert "not JSON" in notes
+
+
+@pytest.mark.parametrize("line, field", [
+    ('{"timestamp": 5, "input_length": 900, "output_length": 5, "hash_ids": [true, false]}', "hash_ids"),
+    ('{"timestamp": 5, "input_length": 900, "output_length": 5, "hash_ids": [0, 1.0]}', "hash_ids"),
+    ('{"timestamp": 5, "input_length": 900, "output_length": 5, "hash_ids": [0, -3]}', "hash_ids"),
+    ('{"timestamp": 5, "input_length": 900, "output_length": 5, "hash_ids": [9223372036854775808]}', "hash_ids"),
+    ('{"timestamp": 5, "input_length": 9223372036854775808, "output_length": 5, "hash_ids": [0]}', "input_length"),
+    ('{"timestamp": 5, "input_length": 900, "output_length": 16777217, "hash_ids": [0]}', "output_length"),
+    ('{"timestamp": 1e13, "input_length": 900, "output_length": 5, "hash_ids": [0]}', "timestamp"),
+])
+def test_values_out_of_range_are_input_errors(tmp_path, line, field):
+    """Booleans are not block ids, nor are floats or negative numbers; counts and times stay in range."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text(GOOD + line + "\n")
+    with pytest.raises(InputError) as err:
+        load([path], format="mooncake")
+    assert err.value.line == 2 and err.value.field == field
+
+
+def test_turns_of_a_session_share_their_hash_ids(tmp_path):
+    wl = load([next(SAMPLE.glob("*.jsonl"))])
+    multi = [t for t in wl.tasks if len(t.calls) > 1]
+    assert multi
+    for task in multi:
+        first, second = task.calls[:2]
+        shared = first.hash_ids[: len(first.hash_ids) - 1]  # the last block is partial, hashed again next turn
+        assert second.hash_ids[: len(shared)] == shared
+    # a turn re-hashes the previous turn's last block, so it starts a chain of its own, copying the runs of
+    # consecutive ids it keeps: a few entries, not its ids one by one
+    ids = sum(len(c.hash_ids) for t in wl.tasks for c in t.calls)
+    runs = sum(len(list(c.hash_ids.runs())) for t in wl.tasks for c in t.calls if c.hash_ids)
+    assert runs * 5 < ids

@@ -264,3 +264,81 @@ def test_a_folder_skips_files_of_no_known_format_and_says_so(tmp_path):
     (tmp_path / "round_trace.jsonl").unlink()
     with pytest.raises(InputError, match="no file in this folder"):
         load([tmp_path])
+
+
+# ---- bad input and memory (issue 17) -----------------------------------------------------------------
+
+def _round(**fields) -> dict:
+    row = {"session_id": "s", "round_index": 0, "input_tokens_total": 100, "output_tokens": 5}
+    row.update(fields)
+    return row
+
+
+@pytest.mark.parametrize("events, field", [
+    ([{"timestamp": "2025-01-01T00:00:00", "event_type": ["user_message"]}], "event_type"),
+    ([["2025-01-01T00:00:00"]], "timing_events"),
+    ([{"timestamp": "2025-02-30T00:00:00"}], "timestamp"),
+])
+def test_jsonl_events_of_the_wrong_shape_are_input_errors(tmp_path, events, field):
+    path = tmp_path / "round_trace.jsonl"
+    path.write_text(json.dumps(_round(timing_events=events)) + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 1 and err.value.field == field
+
+
+def test_jsonl_nested_too_deep_is_an_input_error(tmp_path):
+    path = tmp_path / "round_trace.jsonl"
+    path.write_text('{"round_index": 0, "input_tokens_total": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(InputError) as err:
+        load([path], format="tracelab")
+    assert err.value.line == 1 and "JSON" in str(err.value)
+
+
+def test_jsonl_token_counts_beyond_the_cap_are_input_errors(tmp_path):
+    path = tmp_path / "round_trace.jsonl"
+    path.write_text(json.dumps(_round(input_tokens_total=2**63)) + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.field == "input_tokens_total" and "16,777,216" in str(err.value)
+
+
+def test_jsonl_times_beyond_a_workload_are_input_errors(tmp_path):
+    path = tmp_path / "round_trace.jsonl"
+    rows = [_round(session_id="a", timing_events=[{"timestamp": "2025-01-01T00:00:00", "event_type": "user_message"}]),
+            _round(session_id="b", timing_events=[{"timestamp": "9999-01-01T00:00:00", "event_type": "user_message"}])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == 2 and "longer than" in str(err.value)
+    assert [t.id for t in load([path], on_error="skip").tasks] == ["a"]
+
+
+def test_csv_row_at_the_token_cap_costs_no_memory_and_one_beyond_is_refused(tmp_path):
+    from simulator.workload import MAX_TOKENS
+
+    path = tmp_path / "big.csv"
+    path.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
+                    f"0,0,0,{MAX_TOKENS},10,0\n0,1,{MAX_TOKENS - 64},64,10,0\n")
+    first, second = load([path]).tasks[0].calls
+    assert len(first.hash_ids) == MAX_TOKENS // 64 and len(list(first.hash_ids.runs())) == 1  # one run, not 262,144 ints
+    assert second.hash_ids[: len(first.hash_ids) - 1] == first.hash_ids[:-1]
+    huge = tmp_path / "huge.csv"
+    huge.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n0,0,0,640000000,10,0\n")
+    with pytest.raises(InputError) as err:
+        load([huge])
+    assert err.value.line == 2 and err.value.field == "input_len"
+
+
+def test_csv_in_latin1_reads_with_a_note(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_bytes(b"session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\nsessi\xf3n,0,0,100,10,0\n")
+    wl = load([path])
+    assert wl.tasks[0].id == "s:sessi\xf3n" and "Latin-1" in wl.provenance[0].notes[0]
+
+
+def test_calls_of_a_session_share_their_hash_ids():
+    wl = load([SAMPLES / "round_trace.jsonl"])
+    task = max(wl.tasks, key=lambda t: len(t.calls))
+    chains = {id(c.hash_ids._chain) for c in task.calls if c.hash_ids}
+    assert len(chains) < len(task.calls)  # calls that extend the previous one share its chain

@@ -260,3 +260,12 @@ def test_calls_of_a_task_share_one_copy_of_their_ids(tmp_path):
     assert len({id(c.hash_ids._chain) for c in got[:-1]}) == 1 and got[-1].hash_ids._chain is not got[0].hash_ids._chain
     chain = got[0].hash_ids._chain
     assert len(chain.firsts) <= 31  # runs of consecutive ids, not 700 ids
+
+
+def test_arrival_span_and_its_words():
+    from simulator.workload import describe_seconds
+
+    wl = Workload(tuple(Task(f"t{i}", (Call(1, 1),), arrival=a) for i, a in enumerate((5.0, 6_204_866.0, 100.0))))
+    assert wl.arrival_span() == 6_204_861.0 and Workload(()).arrival_span() == 0.0
+    assert describe_seconds(6_204_861) == "71 days 19 h" and describe_seconds(45) == "45 s"
+    assert describe_seconds(3 * 3600 + 20 * 60) == "3 h 20 min" and describe_seconds(725) == "12 min 5 s"

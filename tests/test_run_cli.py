@@ -97,7 +97,9 @@ def test_run_refuses_a_used_result_folder_and_bad_input(tmp_path, capsys):
 
 def test_missing_api_key_variable_is_an_input_error(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("AGENTLOAD_TEST_KEY", raising=False)
-    scen = scenario_file(tmp_path, "target: {base_url: 'http://127.0.0.1:9', api_key_env: AGENTLOAD_TEST_KEY}\n")
+    scen = scenario_file(tmp_path)
+    text = scen.read_text().replace("emulator: {ttft: 0.005, itl: 0.001}\n", "")
+    scen.write_text(text + "target: {base_url: 'http://127.0.0.1:9', api_key_env: AGENTLOAD_TEST_KEY}\n")
     assert main(["run", str(scen), "-o", str(tmp_path / "r"), "--no-progress"]) == 2
     assert "AGENTLOAD_TEST_KEY" in capsys.readouterr().err
 

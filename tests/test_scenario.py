@@ -147,3 +147,72 @@ def test_model_workload_is_generated_with_the_scenario_options(tmp_path):
     assert len(first.tasks) == 3 and first == again and first != other
     err = error_of("workload:\n  model: m.yaml\n  generate: {tasks: 3, duration: 10}\n")
     assert err.path == "workload.generate" and "not both" in str(err)
+
+
+# ---- bad values (issue 17) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, path, words", [
+    (GOOD.replace("warmup: 1.5", "warmup: 1.5\n  drain: .inf"), "run.drain", "finite"),
+    (GOOD.replace("  trace: data/trace.jsonl", "  trace: data/trace.jsonl\n  stagger: .inf"), "workload.stagger", "finite"),
+    (GOOD.replace("  trace: data/trace.jsonl", "  trace: data/trace.jsonl\n  transforms: {token_scale: 1e308}"),
+     "workload.transforms.token_scale", "less than or equal"),
+    (GOOD + "emulator: {ttft: abc}\n", "emulator", "emulator.ttft must be a number"),
+    (GOOD + "emulator: {faults: ['http_500:2']}\n", "emulator", "between 0 and 1"),
+    (GOOD + "emulator: {max_model_len: 0}\n", "emulator", "positive whole number"),
+    (GOOD + "target: {base_url: 'http://localhost:8000'}\nemulator: {ttft: 0.1}\n", "$", "only without a `target`"),
+])
+def test_bad_values_are_input_errors_naming_the_setting(text, path, words):
+    err = error_of(text)
+    assert err.path == path and words in str(err)
+
+
+def test_set_overrides_are_checked_like_the_file():
+    assert error_of(GOOD, ["emulator.ttft=abc"]).path == "emulator"
+    assert "from --set" in str(error_of(GOOD, ["run.drain=.inf"]))
+    s = sc.parse(GOOD, "scen.yaml", ["slo.ttft_ms.p99.9=500", "emulator.faults=[http_500:0.5]"])
+    assert s.slo.ttft_ms.bounds() == {"p99": 2000, "p99.9": 500}
+    assert s.emulator["faults"] == (("http_500", 0.5),)
+    with_target = GOOD + "target: {base_url: 'http://localhost:8000'}\nemulator: {ttft: 0.1}\n"
+    assert sc.parse(with_target, "scen.yaml", ["emulator=null"]).emulator == {}
+
+
+def test_nesting_too_deep_is_an_input_error():
+    err = error_of("workload:\n  transforms: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert "nested more than 64" in str(err)
+    err = error_of(GOOD, ["run.duration=" + "[" * 5000 + "]" * 5000])
+    assert "nested more than 64" in str(err) and "--set run.duration" in str(err)
+    err = error_of("workload:\n" + "".join("  " * k + "a:\n" for k in range(1, 2000)))  # block style: PyYAML recurses
+    assert "nested too deeply" in str(err)
+
+
+def test_a_trace_path_too_long_for_the_file_system_is_an_input_error(tmp_path):
+    s = sc.parse(GOOD.replace("data/trace.jsonl", "x" * 5000), str(tmp_path / "scen.yaml"))
+    with pytest.raises(InputError) as err:
+        sc.load_workload(s)
+    assert "too long" in str(err.value)
+
+
+def test_token_scale_keeps_an_output_token_and_refuses_calls_over_the_cap(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write(Workload((Task("a", (Call(1000, 1), Call(2000, 3))),)), trace)
+    text = f"workload:\n  trace: {trace}\n  transforms: {{token_scale: 0.1}}\n"
+    calls = sc.load_workload(sc.parse(text, str(tmp_path / "s.yaml"))).tasks[0].calls
+    assert [c.output_tokens for c in calls] == [1, 1] and [c.input_tokens for c in calls] == [100, 200]
+    big = text.replace("0.1", "100000")
+    with pytest.raises(InputError) as err:
+        sc.load_workload(sc.parse(big, str(tmp_path / "s.yaml")))
+    assert err.value.path == "workload.transforms" and "16,777,216" in str(err.value)
+
+
+def test_a_non_utf8_scenario_file_is_an_input_error(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(InputError) as err:
+        sc.load(path)
+    assert "UTF-8" in str(err.value)
+
+
+def test_an_emulator_profile_name_too_long_is_an_input_error():
+    err = error_of(GOOD + "emulator: {profile: " + "x" * 5000 + "}\n")
+    assert err.path == "emulator.profile" and "too long" in str(err)

@@ -116,3 +116,52 @@ def test_apply_runs_the_spec_in_order(work):
     assert apply(work, TransformSpec()) == work
     with pytest.raises(ValueError):
         TransformSpec(time_scale=0)
+
+
+# ---- shared ids and bounds (issue 17) ----------------------------------------------------------------------
+
+from simulator.hash_ids import HashIds  # noqa: E402
+
+
+def _shared_work() -> Workload:
+    first = HashIds.of((2**62 + 10, 2**62 + 11, 2**62 + 12))
+    calls = (Call(48, 4, hash_ids=first, block_size=16), Call(80, 4, hash_ids=first.extend(3, (2**62 + 13, 2**62 + 14)),
+                                                              block_size=16))
+    return Workload((Task("a", calls), Task("b", (Call(16, 2, hash_ids=HashIds.of((7,)), block_size=16),), arrival=5.0)))
+
+
+def test_overlay_copies_of_views_stay_views_below_2_63_and_apart():
+    work = _shared_work()
+    out = rate_scale(work, 3.0, mode="overlay", seed=2)
+    ids = {tuple(c.hash_ids) for c in out.all_calls()}
+    assert all(0 <= i < 2**63 for t in ids for i in t)
+    copies = [t for t in out.tasks if t.id.startswith("a")]
+    assert len({t.calls[0].hash_ids[0] for t in copies}) == len(copies)  # each copy its own ids
+    for t in copies:  # a copy's calls still share their chain, and the second extends the first
+        assert t.calls[1].hash_ids._chain is t.calls[0].hash_ids._chain
+        assert t.calls[1].hash_ids[:3] == t.calls[0].hash_ids
+
+
+def test_token_scale_keeps_one_output_token_and_shares_ids():
+    work = _shared_work()
+    out = token_scale(work, 0.01)
+    assert all(c.output_tokens >= 1 for c in out.all_calls())
+    up = token_scale(work, 2.0)
+    a0, a1 = up.tasks[0].calls
+    assert a1.hash_ids[: len(a0.hash_ids)] == a0.hash_ids and a1.hash_ids._chain is a0.hash_ids._chain
+
+
+def test_scales_that_overflow_are_input_errors(work):
+    with pytest.raises(InputError) as err:
+        token_scale(work, 1e308)
+    assert err.value.field == "token_scale"
+    assert token_scale(work, 1e6, context_cap=1000).tasks[0].calls[0].input_tokens + \
+        token_scale(work, 1e6, context_cap=1000).tasks[0].calls[0].output_tokens == 1000
+    with pytest.raises(InputError):
+        time_scale(work, 1e300)
+    with pytest.raises(InputError):
+        gap_scale(work, 1e300)
+    with pytest.raises(InputError):
+        rate_scale(work, 1e-300)
+    with pytest.raises(Exception):
+        TransformSpec(token_scale=1e308)

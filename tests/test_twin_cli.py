@@ -30,6 +30,39 @@ def test_simulate_writes_the_result_folder_of_a_run(tmp_path, capsys):
     assert "TTFT" in capsys.readouterr().out
 
 
+def test_simulate_states_the_profiles_calibration_error_and_unmeasured_parts(tmp_path, capsys):
+    keys = None
+    for preset in ("tiny-vllm-cpu", "gb300-nemotron-super-mtp1"):
+        out = tmp_path / preset
+        assert main(["simulate", str(REPO / "scenarios" / "quickstart.yaml"), "-p", preset, "-o", str(out),
+                     "--set", "run.max_tasks=2"]) == 0
+        sim = json.loads((out / "summary.json").read_text())["simulation"]
+        err = capsys.readouterr().err
+        assert f"profile {preset}: {sim['uncertainty']}" in " ".join(err.split())
+        if keys is None:
+            keys = list(sim)
+        assert list(sim) == keys  # the same section whatever the profile
+        if preset == "tiny-vllm-cpu":  # fitted: its sweep error, nothing unmeasured
+            assert sim["calibration_rms_error"] == 0.08 and sim["calibration_points"] == 41
+            assert sim["uncalibrated"] == [] and "8.0% rms" in sim["uncertainty"]
+        else:  # chosen from published figures: says which terms no measurement backs
+            assert sim["calibration_rms_error"] is None and sim["uncertainty"].startswith("uncalibrated")
+            assert any("per_decode_seq" in part for part in sim["uncalibrated"])
+            assert any(part.startswith("spec_decode.acceptance") for part in sim["uncalibrated"])
+            assert any(part.startswith("kv_cache.hybrid") for part in sim["uncalibrated"])
+    # the figures summary.json had before are all still there
+    assert keys[:11] == ["profile", "calibrated", "simulated_seconds", "wall_seconds", "steps", "preemptions",
+                         "prefill_tokens", "cached_prompt_tokens", "kv_evicted_blocks", "max_running", "busy_fraction"]
+
+
+def test_calibrate_records_its_fit_error_in_the_profile(tmp_path):
+    path = tmp_path / "cal.yaml"
+    assert main(["calibrate", "-p", "tiny-vllm-cpu", "--twin", "-o", str(path), "--name", "tiny-cal"]) == 0
+    record = load_profile(path).calibration
+    assert record is not None and record.points > 10 and record.worst_relative_error >= record.rms_relative_error
+    assert set(record.terms) >= {"fixed", "per_token", "per_decode_seq"}
+
+
 def test_simulate_with_a_bad_profile_is_an_input_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("base: tiny-vllm-cpu\nscheduler:\n  max_num_seqs: zero\n")

@@ -46,12 +46,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="inject a fault in a fraction of requests: http_NNN, reset, stall, malformed (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
+    parser.add_argument("--retry-after", type=float, metavar="SECONDS",
+                        help="send Retry-After: SECONDS with injected http_429 and http_503 faults")
     parser.set_defaults(func=run)
 
 
 def settings_from(args: argparse.Namespace) -> EmulatorSettings:
     """Validated settings from the parsed arguments."""
-    for name in ("ttft", "itl", "prefill_per_token", "decode_per_seq", "decode_base"):
+    for name in ("ttft", "itl", "prefill_per_token", "decode_per_seq", "decode_base", "retry_after"):
         value = getattr(args, name)
         if value is not None and value < 0:
             raise InputError(f"must not be negative, got {value}", file="command line", field="--" + name.replace("_", "-"))
@@ -81,6 +83,7 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
         faults=faults,
         seed=args.seed,
         profile=args.profile,
+        retry_after=args.retry_after,
     )
 
 

@@ -6,6 +6,8 @@ import argparse
 
 from rich.console import Console
 
+from .report import add_output_options, write_outputs
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -24,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--approx-itl", action="store_true",
                         help="build the ITL histogram from each call's ITL mean (faster on big runs) "
                         "instead of every gap")
+    add_output_options(parser, "RESULT_DIR/report.html")
     parser.set_defaults(func=simulate_command)
 
     profiles = subparsers.add_parser("profiles", help="list the server-profile presets of the twin")
@@ -63,10 +66,12 @@ def simulate_command(args: argparse.Namespace) -> int:
               "settings": scenario.model_dump(mode="json", by_alias=True)},
     )
     summary.scenario = scenario.display_name()
-    print_summary(summary, Console())
+    print_summary(summary)
     sim = summary.simulation
     console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "
                   f"{sim.steps} engine steps, {sim.preemptions} preemptions")
+    console.print(f"profile {profile.name}: {sim.uncertainty}", highlight=False)
+    write_outputs(args, [Path(folder)])
     return 0
 
 
@@ -75,6 +80,8 @@ def profiles_command(args: argparse.Namespace) -> int:
 
     for name in preset_names():
         profile = load_profile(name)
-        mark = "" if profile.calibrated else "  [uncalibrated]"
+        record = profile.calibration
+        mark = ("  [uncalibrated]" if not profile.calibrated
+                else f"  [calibrated: {record.rms_relative_error:.1%} rms]" if record is not None else "")
         print(f"{name:36s} {profile.description}{mark}")
     return 0

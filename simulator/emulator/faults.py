@@ -1,6 +1,13 @@
 """Faults the emulator injects on request, so that every client error path can be tested: per request
 with the header ``X-Agentload-Fault: http_500 | http_400 | http_NNN | reset | stall | malformed``, or
-at random with ``faults=(("http_500", 0.01), ...)`` drawn from a seeded generator."""
+at random with ``faults=(("http_500", 0.01), ...)`` drawn from a seeded generator.
+
+What each does: ``http_NNN`` answers that status with vLLM's error body (429 and 503 with a
+``Retry-After`` header when the emulator's `retry_after` is set); ``reset`` aborts the connection after
+the first tokens of the stream; ``stall`` sends the first tokens and then nothing (until the client
+gives up or `stall_seconds` pass); ``malformed`` puts an event that is not JSON into the stream. A
+server killed and restarted mid-run is no fault kind: tests stop the emulator and start it again on
+the same port."""
 
 from __future__ import annotations
 

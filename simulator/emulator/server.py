@@ -24,6 +24,8 @@ from .stream import ChunkWriter
 from .timing import BatchTiming, Emit, FixedTiming, TimingModel
 
 STATS_PATH = "/agentload/stats"
+RETRY_AFTER_STATUSES = (429, 503)
+"""Injected faults that carry ``Retry-After`` when the settings give one (rate limited, unavailable)."""
 
 
 def timing_from(settings: EmulatorSettings) -> TimingModel:
@@ -119,6 +121,7 @@ class Emulator:
         out: dict[str, Any] = {
             "requests": self.requests,
             "connections_opened": self.connections_opened,
+            "active_streams": self.active_streams,
             "max_active_streams": self.max_active_streams,
         }
         out.update(self.timing.stats())
@@ -193,7 +196,10 @@ class Emulator:
         if fault is not None:
             self.faults_served[fault] = self.faults_served.get(fault, 0) + 1
             if fault.startswith("http_"):
-                return error_response(int(fault[5:]), f"injected fault {fault}")
+                response = error_response(int(fault[5:]), f"injected fault {fault}")
+                if s.retry_after is not None and response.status in RETRY_AFTER_STATUSES:
+                    response.headers["Retry-After"] = f"{s.retry_after:g}"
+                return response
         # a model with its own prefix cache tells the cached tokens when the request ends (`_serve`)
         cached = 0 if self.timing.keeps_prefix_cache else self.cache.lookup_and_insert(ids)
         usage = {

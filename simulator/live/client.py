@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import time
 from dataclasses import dataclass, field
@@ -39,12 +40,22 @@ from aiohttp.http import RawResponseMessage
 
 from ..behaviour import CallRequest
 from ..metrics.records import CallRecord
+from ..redact import Redactor, mask_url, url_secrets
 from ..task_run import call_record
+from ..workload import Call
 from .eager_writes import eager_body_writes
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
 from .sse import SSEError, SSEParser
 
 ERROR_BODY_LIMIT = 4096
+PLAIN_HEADERS = ("x-agentload-fault",)
+"""Headers whose values are no secret (the emulator's fault header); all others' values are masked."""
+PREFLIGHT_PROMPT_TOKENS = 8
+PREFLIGHT_TRIES = 3
+"""Tries of the preflight's test call when it fails in a way that may pass (`TRANSIENT`, HTTP 429)."""
+PREFLIGHT_WAIT = 0.5
+PREFLIGHT_WAIT_MAX = 10.0
+TRANSIENT = ("http_5xx", "reset", "stall", "malformed", "timeout")
 _CHOICES = b'"choices":[{'
 _USAGE = b'"usage"'
 _loads = orjson.loads
@@ -79,13 +90,47 @@ class Target:
         url = self.base_url.rstrip("/")
         return url[:-3] if url.endswith("/v1") else url
 
+    def secrets(self) -> list[str]:
+        """The values that must never be written or shown: the API key, the header values, the URL's
+        credentials (`simulator.redact`)."""
+        headers = [value for name, value in self.headers.items() if name.lower() not in PLAIN_HEADERS]
+        return [v for v in (self.api_key, *headers, *url_secrets(self.base_url)) if v]
+
+
+class PreflightError(Exception):
+    """The target failed the check before a run (`Client.preflight`): unreachable, a wrong model, an
+    authentication failure. Its message says which, with the server's own words."""
+
 
 class _CallFailed(Exception):
-    def __init__(self, error_class: str, message: str, status: Optional[int] = None) -> None:
+    def __init__(self, error_class: str, message: str, status: Optional[int] = None,
+                 retry_after: Optional[float] = None) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
         self.status = status
+        self.retry_after = retry_after
+
+
+def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds a ``Retry-After`` header asks a client to wait: delay-seconds or an HTTP date (RFC 9110);
+    None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds == float("inf"):  # NaN, inf
+        return None
+    return max(0.0, seconds)
 
 
 def error_message(body: bytes) -> str:
@@ -144,10 +189,14 @@ class Client:
         for name, value in self._headers.items():
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} holds a line break or NUL")
+        self._redact = Redactor(target.secrets())
         self._stream_headers = {"Accept": "text/event-stream", **self._headers}
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=target.connect_timeout)
         self._in_flight: set[_Stream] = set()
         self._watchdog: Optional[asyncio.Task[None]] = None
+        self._prepared: dict[tuple[str, int, int], bytes] = {}
+        """Request bodies built ahead of their send (`prepare`), by (task id, call index, attempt)."""
+        self.prepared_bytes = 0
 
     async def __aenter__(self) -> "Client":
         self._loop_settings.enter_context(eager_body_writes(asyncio.get_running_loop()))
@@ -197,6 +246,54 @@ class Client:
         """Connections this client has opened so far (a pool that reuses them opens few)."""
         return self._opened
 
+    async def warm(self, connections: int) -> int:
+        """Open up to `connections` connections to the target before a run (a warm pool), so that the
+        first calls of a burst find them open instead of each opening its own at its send time. Each
+        connection carries one small request (``GET /v1/models``); all are held at once, so each gets
+        its own connection, then read and released into the pool, kept alive. Capped by
+        ``max_connections``; returns the connections opened. A failure is no error: a call then opens
+        its connection itself, as without a warm pool."""
+        assert self._session is not None, "use Client as 'async with'"
+        limit = self.target.max_connections
+        wanted = min(connections, limit) if limit else connections
+        if wanted <= 0:
+            return 0
+        session, url, before = self._session, self.target.root + "/v1/models", self._opened
+        held = await asyncio.gather(*(session.get(url, headers=self._headers) for _ in range(wanted)),
+                                    return_exceptions=True)
+        for resp in held:
+            if isinstance(resp, BaseException):
+                continue
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                await resp.read()
+            resp.release()
+        return self._opened - before
+
+    def prepare(self, request: CallRequest) -> int:
+        """Build `request`'s body now, ahead of its send time (`send` takes it from here instead of
+        building it then); returns its size in bytes (0 when it was prepared already). Call after
+        `setup` (nothing is prepared before it: the body names the model)."""
+        key = (request.task_id, request.call_index, request.attempt)
+        if key in self._prepared or not self._ready:
+            return 0
+        body = self._prepared[key] = self._body(request)
+        self.prepared_bytes += len(body)
+        return len(body)
+
+    def drop_prepared(self, keep_bytes: int) -> None:
+        """Forget the oldest prepared bodies until at most `keep_bytes` remain (a forgotten body is
+        built at its send time)."""
+        prepared = self._prepared
+        while prepared and self.prepared_bytes > keep_bytes:
+            self.prepared_bytes -= len(prepared.pop(next(iter(prepared))))
+
+    def _take_body(self, request: CallRequest) -> bytes:
+        body = self._prepared.pop((request.task_id, request.call_index, request.attempt), None)
+        if body is None:
+            return self._body(request)
+        self.prepared_bytes -= len(body)
+        return body
+
     async def setup(self) -> None:
         """Find the model (when not given) and, for chat, calibrate the prompt text; once."""
         if self._ready:
@@ -213,19 +310,84 @@ class Client:
             self._ready = True
 
     async def _first_model(self) -> str:
+        return (await self._models())[0]
+
+    async def _models(self) -> list[str]:
+        """The ids ``GET /v1/models`` lists (at least one)."""
         assert self._session is not None
         try:
-            async with self._session.get(self.target.root + "/v1/models", headers=self._headers) as resp:
+            async with asyncio.timeout(self.target.stall_timeout), \
+                    self._session.get(self.target.root + "/v1/models", headers=self._headers) as resp:
                 body = await resp.read()
                 if resp.status >= 400:
-                    raise _CallFailed(f"http_{resp.status // 100}xx", error_message(body), resp.status)
-                return str(json.loads(body)["data"][0]["id"])
+                    raise _CallFailed(f"http_{resp.status // 100}xx", f"HTTP {resp.status}: {error_message(body)}",
+                                      resp.status)
+                models = [str(entry["id"]) for entry in json.loads(body)["data"]]
+                if not models:
+                    raise IndexError("no model listed")
+                return models
         except _CallFailed:
             raise
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise _CallFailed("malformed", f"GET /v1/models: unexpected answer ({exc})") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ClientError):
+                raise _CallFailed(*_classify(exc)) from None
+            raise _CallFailed("stall", f"GET /v1/models: no answer within {self.target.stall_timeout:g} s") from None
+        except aiohttp.ClientError as exc:
             raise _CallFailed(*_classify(exc)) from None
+
+    async def preflight(self) -> dict[str, Any]:
+        """Check the target before a run: ``GET /v1/models`` (the model asked for must be listed; without
+        one, the first is taken) and one call of a few prompt tokens and one output token, sent as the
+        run sends its calls. Raises `PreflightError` saying what failed (an unreachable server, an
+        authentication failure, a wrong model, an error answer) in the server's own words; returns what
+        was found: the model, the models listed, and the test call's TTFT and latency in seconds."""
+        where = mask_url(self.target.root)
+        try:
+            models = await self._models()
+        except _CallFailed as exc:
+            unlisted = exc.status in (404, 405) and self.model is not None  # a server without /v1/models
+            if not unlisted:
+                raise PreflightError(self._preflight_text(f"GET {where}/v1/models", exc.error_class, exc.status,
+                                                          exc.message)) from None
+            models = []
+        if self.model is not None and models and self.model not in models:
+            listed = ", ".join(models[:10]) + (", ..." if len(models) > 10 else "")
+            raise PreflightError(f"model {self.model!r} is not served by {where}; it serves: {listed} "
+                                 "(set target.model to one of them, or leave it out to take the first)")
+        if self.model is None:
+            self.model = models[0]
+            self._heads.clear()
+        try:
+            await self.setup()
+        except _CallFailed as exc:
+            raise PreflightError(self._preflight_text(f"{where}: setup", exc.error_class, exc.status,
+                                                      exc.message)) from None
+        for attempt in range(PREFLIGHT_TRIES):
+            test = CallRequest("preflight", "preflight", 0, Call(input_tokens=PREFLIGHT_PROMPT_TOKENS, output_tokens=1),
+                               attempt)
+            record, _ = await self.send(test, 0.0)
+            if record.ok:
+                return {"model": self.model, "models": models[:20], "ttft_s": record.ttft, "latency_s": record.latency,
+                        "tries": attempt + 1}
+            transient = record.error_class in TRANSIENT or record.status == 429
+            if not transient or attempt + 1 == PREFLIGHT_TRIES:
+                raise PreflightError(self._preflight_text(
+                    f"a one-token test call to {where}" + (f" (tried {attempt + 1} times)" if attempt else ""),
+                    record.error_class or "error", record.status, record.error_message or ""))
+            # a transient failure (a 5xx, a reset) must not stop a run: try again after a short wait
+            await asyncio.sleep(min(PREFLIGHT_WAIT_MAX, max(PREFLIGHT_WAIT, record.retry_after or 0.0)))
+        raise AssertionError("unreachable")
+
+    def _preflight_text(self, what: str, error_class: str, status: Optional[int], message: str) -> str:
+        hint = {401: "authentication failed: check the API key (target.api_key_env) or the headers",
+                403: "access refused: check the API key (target.api_key_env) or the headers",
+                404: "not found: check target.base_url and target.model"}.get(status or 0)
+        if error_class == "connect":
+            hint = "the server is unreachable: is it running, and is target.base_url right?"
+        text = f"{what} failed ({error_class}): {self._redact(message)}"
+        return f"{text}; {hint}" if hint else text
 
     async def _tokenize(self, body: dict[str, Any]) -> Optional[dict[str, Any]]:
         assert self._session is not None
@@ -270,7 +432,7 @@ class Client:
         try:
             if not self._ready:
                 await self.setup()
-            body = self._body(request)
+            body = self._take_body(request)
             started = time.perf_counter()
             if self.target.total_timeout is not None:
                 async with asyncio.timeout(self.target.total_timeout):
@@ -279,6 +441,7 @@ class Client:
                 await self._exchange(body, state)
         except _CallFailed as exc:
             state.fail(exc.error_class, exc.message, exc.status)
+            state.retry_after = exc.retry_after
         except TimeoutError as exc:
             if isinstance(exc, aiohttp.ClientError):  # aiohttp's own timeouts (connect, sock_read)
                 state.fail(*_classify(exc))
@@ -327,7 +490,8 @@ class Client:
                 while len(error) < ERROR_BODY_LIMIT and (data := await resp.content.readany()):
                     error += data
                 kind = "http_4xx" if status < 500 else "http_5xx"
-                raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(error))}", status)
+                raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(error))}", status,
+                                  retry_after_seconds(resp.headers.get("Retry-After")))
             try:
                 await _read_stream(resp.content, state)
             except _CallFailed:
@@ -355,7 +519,8 @@ class Client:
             cached_tokens=None if cached is None else int(cached),
             status=state.status,
             error_class=state.error_class,
-            error_message=state.error_message,
+            error_message=self._redact(state.error_message),
+            retry_after=state.retry_after,
         )
 
 
@@ -438,7 +603,7 @@ class _Stream:
 
     __slots__ = (
         "sent", "reused", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
-        "gaps", "parser", "heard", "task", "stalled",
+        "gaps", "parser", "heard", "task", "stalled", "retry_after",
     )
 
     def __init__(self) -> None:
@@ -460,6 +625,8 @@ class _Stream:
         """When the request went out or the last bytes came in; None before the send (not watched yet)."""
         self.task: Optional[asyncio.Task[Any]] = None
         self.stalled = False
+        self.retry_after: Optional[float] = None
+        """Seconds the server's ``Retry-After`` asked for (on an HTTP error)."""
 
     def stall(self, limit: float) -> None:
         """The server said nothing for `limit` seconds: interrupt the call's task (it records a stall)."""

@@ -7,8 +7,9 @@ intended and actual send time; when the driver is late (event loop busy, `max_in
 difference is client lag, reported rather than hidden. Sub-agents (`Fork`) run as their own asyncio
 tasks with their own `TaskRecord` (``parent_id`` set); a task ends when it and all its sub-tasks have.
 
-`stop()` (wired to SIGINT by the command line) stops arrivals and cancels what is in flight: each
-cancelled call and task is recorded with error class ``cancelled``, so nothing measured is lost.
+`stop()` (wired to SIGINT, SIGTERM and SIGHUP by `simulator.live.runner`) stops arrivals and cancels
+what is in flight: each cancelled call and task is recorded with error class ``cancelled``, so nothing
+measured is lost.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Driver:
         duration: Optional[float] = None,
         drain: Optional[float] = None,
         clock: Callable[[], float] = time.perf_counter,
+        on_start: Optional[Callable[[int], None]] = None,
     ) -> None:
         self.client = client
         self.tasks = sorted(workload.tasks, key=lambda t: t.arrival)
@@ -57,6 +59,8 @@ class Driver:
         self.duration = duration
         self.drain = drain
         self.clock = clock
+        self.on_start = on_start
+        """Told the number of top-level tasks started, each time one starts (`ResultWriter.started`)."""
         self._gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         self._running: set[asyncio.Task] = set()
         self._scheduler: Optional[asyncio.Task] = None
@@ -111,6 +115,8 @@ class Driver:
             self.started += 1
             self.in_flight += 1
             self._spawn(self._run_top(task))
+            if self.on_start is not None:
+                self.on_start(self.started)
 
     async def _drain(self) -> None:
         """Wait for in-flight tasks; after `drain` seconds cancel what is left."""

@@ -19,18 +19,22 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Optional
+from urllib.parse import urlsplit
 
 from ..errors import InputError
+from ..gcpause import gc_frozen
 from ..metrics import results
 from ..metrics import server as server_metrics
 from ..metrics.folder import planned_counts, run_info, write_summary
-from ..metrics.records import CallRecord, TaskRecord
 from ..metrics.results import LiveCounters, ResultWriter, Window
 from ..metrics.summary import Summary
+from ..metrics.tally import RunTally
+from ..redact import Redactor, mask_settings, mask_url
 from ..scenario import Scenario
 from ..task_run import DriverResult, driver_settings
 from ..workload import Workload
+from .ahead import get_ready
 from .driver import Driver
 from .probes import MetricsProbe
 from .prompts import PromptBuilder
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from .client import Target
 
 TICK = 0.5
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""Signals that stop a run as Ctrl-C does: the partial summary is written."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,41 @@ def measurement_window(scenario: Scenario, workload: Workload) -> Window:
     return Window(run.warmup, end)
 
 
+@dataclass(frozen=True)
+class RunLength:
+    """How long a run's arrivals last and about how long the run will take, for the banner."""
+
+    first_arrival: float
+    last_arrival: float
+    """Of the tasks the run will start (`run.duration` cuts the later ones)."""
+    tasks: int
+    estimate: float
+    """Seconds from the start to the end of the last task if the server answered at once (or in its
+    recorded time, where the trace has it): the arrivals, then each task's tool and think time; at
+    most the last arrival plus `run.drain`. A lower bound: the server's time comes on top."""
+
+
+def run_length(workload: Workload, run: Any) -> RunLength:
+    """The arrival span and the estimated length of replaying `workload` with the `run` settings."""
+    tasks = [t for t in workload.tasks if run.duration is None or t.arrival < run.duration]
+    if not tasks:
+        return RunLength(0.0, 0.0, 0, 0.0)
+    last = max(t.arrival for t in tasks)
+    estimate = max(t.arrival + _task_floor(t) for t in tasks)
+    if run.drain is not None:
+        estimate = min(estimate, last + run.drain)
+    return RunLength(min(t.arrival for t in tasks), last, len(tasks), max(estimate, last))
+
+
+def _task_floor(task: Any) -> float:
+    """A task's gaps and recorded server times, with its sub-tasks' (those waited for in sequence,
+    the others alongside)."""
+    own = sum(c.gap + (c.server_time or 0.0) for c in task.calls)
+    waited = sum(_task_floor(sub.task) for sub in task.subtasks if sub.wait)
+    detached = max((_task_floor(sub.task) for sub in task.subtasks if not sub.wait), default=0.0)
+    return max(own + waited, detached)
+
+
 def result_folder(scenario: Scenario, output: Optional[str]) -> Path:
     """-o DIR as given, else run.output/<name>-<timestamp>."""
     if output:
@@ -79,8 +120,9 @@ def result_folder(scenario: Scenario, output: Optional[str]) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def _target(scenario: Scenario) -> AsyncIterator[Any]:
-    """The client's Target: the scenario's, or the built-in emulator started for this run."""
+async def open_target(scenario: Scenario) -> AsyncIterator[Any]:
+    """The client's Target: the scenario's (checked: its API key set, no credentials given twice), or
+    the built-in emulator started for this run."""
     from .client import Target
 
     spec = scenario.target
@@ -92,7 +134,8 @@ async def _target(scenario: Scenario) -> AsyncIterator[Any]:
         except TypeError as exc:
             raise InputError(f"bad emulator setting: {exc}", file=scenario.source, path="emulator") from None
         async with emulator as base_url:
-            yield Target(base_url=base_url, vocab_size=int(scenario.emulator.get("vocab_size", 32000)))
+            yield Target(base_url=base_url, vocab_size=int(scenario.emulator.get("vocab_size", 32000)),
+                         api_key=scenario.emulator.get("api_key"))
         return
     api_key = None
     if spec.api_key_env:
@@ -100,8 +143,86 @@ async def _target(scenario: Scenario) -> AsyncIterator[Any]:
         if api_key is None:
             raise InputError(f"environment variable {spec.api_key_env} is not set", file=scenario.source,
                              path="target.api_key_env", field="api_key_env")
+    _check_credentials(scenario, api_key)
     fields = spec.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics"})
     yield Target(api_key=api_key, **fields)
+
+
+def _check_credentials(scenario: Scenario, api_key: Optional[str]) -> None:
+    """Credentials given in two places (the URL's user:password, an API key, an Authorization header)
+    would reach the server as two Authorization headers: a configuration error, said before the run."""
+    spec = scenario.target
+    assert spec is not None
+    given = []
+    if urlsplit(spec.base_url).username is not None or "@" in urlsplit(spec.base_url).netloc:
+        given.append("credentials in target.base_url")
+    if api_key is not None:
+        given.append(f"an API key (target.api_key_env: {spec.api_key_env})")
+    if any(name.lower() == "authorization" for name in spec.headers):
+        given.append("an Authorization header in target.headers")
+    if len(given) > 1:
+        raise InputError(f"credentials given twice: {' and '.join(given)}; keep one", file=scenario.source,
+                         path="target")
+
+
+def make_client(target: Target, run: Any) -> Any:
+    """The HTTP client of a run (a header the client cannot send is bad input, said before the run)."""
+    from .client import Client
+
+    prompts = PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes, seed=run.seed)
+    try:
+        return Client(target, time.perf_counter(), prompts)
+    except ValueError as exc:
+        raise InputError(str(exc), path="target.headers") from None
+
+
+class RunAborted(Exception):
+    """A stop signal came before the run's arrivals started: nothing was measured, no result folder."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name} before the run started")
+        self.signum = signum
+
+
+class Stopper:
+    """SIGINT, SIGTERM and SIGHUP during a run: the first stops it as Ctrl-C does (arrivals stop, calls
+    in flight are recorded as cancelled, the partial summary is written); a second one of the same
+    signal acts as it would without agentload. One before the result folder is made cancels the setup
+    (`RunAborted`); one after it, before the driver runs, stops the driver as it starts."""
+
+    def __init__(self, on_signal: Optional[Callable[[int], None]]) -> None:
+        self.driver: Optional[Driver] = None
+        self.folder_made = False
+        self.signum: Optional[int] = None
+        self._on_signal = on_signal
+        self._main = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._installed: list[int] = []
+
+    def install(self) -> None:
+        for signum in STOP_SIGNALS:
+            try:
+                self._loop.add_signal_handler(signum, self._received, signum)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, no such signal
+                continue
+            self._installed.append(signum)
+
+    def remove(self) -> None:
+        for signum in self._installed:
+            self._loop.remove_signal_handler(signum)
+        self._installed.clear()
+
+    def _received(self, signum: int) -> None:
+        self._loop.remove_signal_handler(signum)
+        self._installed.remove(signum)
+        if self.signum is None:
+            self.signum = signum
+            if self._on_signal is not None:
+                self._on_signal(signum)
+        if self.driver is not None:
+            self.driver.stop()
+        elif not self.folder_made and self._main is not None:
+            self._main.cancel()
 
 
 async def run_scenario(
@@ -112,65 +233,92 @@ async def run_scenario(
     on_progress: Optional[Callable[[Progress], None]] = None,
     handle_sigint: bool = True,
     on_driver: Optional[Callable[[Driver], None]] = None,
+    preflight: bool = True,
+    on_preflight: Optional[Callable[[dict[str, Any]], None]] = None,
+    on_signal: Optional[Callable[[int], None]] = None,
 ) -> tuple[Summary, DriverResult]:
-    """Replay `workload` as `scenario` says, writing the result folder; returns (summary, how it ended)."""
+    """Replay `workload` as `scenario` says, writing the result folder; returns (summary, how it ended).
+
+    Nothing is written before the target passed its checks: its settings (`InputError`), and with
+    `preflight` the model list and one tiny call (`client.PreflightError`; `on_preflight` gets what it
+    found). With `handle_sigint`, SIGINT, SIGTERM and SIGHUP stop the run cleanly (`on_signal` is told
+    which came); one before the arrivals start raises `RunAborted`, and no folder is made."""
     window = measurement_window(scenario, workload)
     planned = planned_counts(workload)
-    with ResultWriter(folder, window) as writer:
-        async with _target(scenario) as target:
-            writer.write_run_info(run_info({
-                "scenario": scenario.display_name(),
-                "scenario_file": scenario.source,
-                "settings": scenario.model_dump(mode="json", by_alias=True),
-                "base_url": target.base_url,
-                "emulator": scenario.target is None,
-            }, window, planned))
-            outcome, probe, note = await _replay(scenario, workload, target, writer, on_progress=on_progress,
-                                                 handle_sigint=handle_sigint, on_driver=on_driver)
-        writer.close()
-        itl = writer.itl
+    stopper = Stopper(on_signal)
+    if handle_sigint:
+        stopper.install()
+    try:
+        async with open_target(scenario) as target:
+            async with make_client(target, scenario.run) as client:
+                checked = await client.preflight() if preflight else None
+                if checked is not None and on_preflight is not None:
+                    on_preflight(checked)
+                redact = Redactor(target.secrets())
+                probe, note = await open_probe(scenario, target.root, redact)
+                tally, server = RunTally(window, scenario.slo), server_metrics.ServerTally()
+                with ResultWriter(folder, window, sinks=(tally, server)) as writer:
+                    stopper.folder_made = True
+                    writer.write_run_info(run_info({
+                        "scenario": scenario.display_name(),
+                        "scenario_file": scenario.source,
+                        "settings": mask_settings(scenario.model_dump(mode="json", by_alias=True)),
+                        "base_url": mask_url(target.base_url),
+                        "emulator": scenario.target is None,
+                        **({"preflight": checked} if checked is not None else {}),
+                    }, window, planned, workload=workload))
+                    outcome = await _replay(scenario, workload, client, writer, probe, stopper,
+                                            on_progress=on_progress, on_driver=on_driver)
+                    writer.close()
+                    itl = writer.itl
+    except asyncio.CancelledError:
+        if stopper.signum is None or stopper.folder_made:
+            raise
+        raise RunAborted(stopper.signum) from None
+    finally:
+        stopper.remove()
 
-    def sections(calls: list[CallRecord], tasks: list[TaskRecord]) -> dict[str, Any]:
+    def sections() -> dict[str, Any]:
         return {"scenario": scenario.display_name(),
-                "server": _server_summary(folder, probe, note, calls, tasks, scenario.run.scrape_interval)}
+                "server": server_summary(folder, probe, note, server, scenario.run.scrape_interval, redact)}
 
     summary = write_summary(folder, window=window, slo=scenario.slo, planned=planned, itl=itl,
-                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=sections)
+                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=sections, tally=tally)
     return summary, outcome
 
 
 async def _replay(
     scenario: Scenario,
     workload: Workload,
-    target: Target,
+    client: Any,
     writer: ResultWriter,
+    probe: Optional[MetricsProbe],
+    stopper: Stopper,
     *,
     on_progress: Optional[Callable[[Progress], None]],
-    handle_sigint: bool,
     on_driver: Optional[Callable[[Driver], None]],
-) -> tuple[DriverResult, Optional[MetricsProbe], Optional[str]]:
-    """Drive the workload against `target`, scraping its /metrics meanwhile where it has them; returns
-    how the run ended, the probe (None without one) and the note on server metrics."""
-    from .client import Client
-
-    run = scenario.run
-    prompts = PromptBuilder(vocab_size=target.vocab_size, share_prefixes=target.share_prefixes, seed=run.seed)
-    async with Client(target, time.perf_counter(), prompts) as client:
-        probe, note = await _open_probe(scenario, target.root)
-        # the schedule starts once the client is set up (model lookup, calibration), so that
-        # setup is not charged to the first calls as lag
+) -> DriverResult:
+    """Drive the workload through `client`, scraping the target's /metrics meanwhile where it has them;
+    returns how the run ended."""
+    # the schedule starts once the client is set up (model lookup, calibration, preflight), so that
+    # setup is not charged to the first calls as lag; so are the warm pool and the first bodies
+    ahead = await get_ready(client, workload)
+    # the collector's full pass over what is alive happens here too, before the start (the driver's
+    # own `gc_frozen` then finds little to walk)
+    with gc_frozen():
         t0 = client.t0 = time.perf_counter()
-        driver = Driver(client, workload, writer, t0=t0, **driver_settings(run))
+        driver = Driver(client, workload, writer, t0=t0, on_start=writer.started, **driver_settings(scenario.run))
+        stopper.driver = driver
+        if stopper.signum is not None:
+            driver.stop()
         if on_driver is not None:
             on_driver(driver)
-        async with _scraping(probe, t0, writer.folder) as sync_samples:
-            outcome = await _drive(driver, writer, len(workload.tasks), on_progress, handle_sigint,
-                                   on_tick=sync_samples)
-    return outcome, probe, note
+        async with scraping(probe, t0, writer.folder) as sync_samples, ahead.running(driver.now):
+            return await _drive(driver, writer, len(workload.tasks), on_progress, on_tick=sync_samples)
 
 
 @contextlib.asynccontextmanager
-async def _scraping(probe: Optional[MetricsProbe], t0: float,
+async def scraping(probe: Optional[MetricsProbe], t0: float,
                     folder: Path) -> AsyncIterator[Optional[Callable[[], None]]]:
     """Scrape /metrics while the block runs, appending the samples to server_metrics.jsonl; yields the
     call that appends the new samples (None without a probe)."""
@@ -191,55 +339,61 @@ async def _scraping(probe: Optional[MetricsProbe], t0: float,
         log.close()
 
 
-async def _open_probe(scenario: Scenario, root: str) -> tuple[Optional[MetricsProbe], Optional[str]]:
-    """A /metrics probe for the target when it has /metrics (one test scrape), else (None, why not)."""
+async def open_probe(scenario: Scenario, root: str, redact: Redactor) -> tuple[Optional[MetricsProbe], Optional[str]]:
+    """A /metrics probe for the target when it has /metrics (one test scrape), else (None, why not:
+    the URL masked, the error's text `redact`ed)."""
     spec = scenario.target
     if spec is not None and not spec.metrics:
         return None, "server metrics off (target.metrics: false)"
     probe = MetricsProbe(root, interval_s=scenario.run.scrape_interval, gpu=spec is not None and spec.gpu_metrics)
     if await probe.scrape_once() is None:
-        where = "the built-in emulator has none" if spec is None else f"GET {probe.url} failed"
-        return None, f"no server metrics: {where} ({(probe.last_error or '').removeprefix('ValueError: ')})"
+        where = "the built-in emulator has none" if spec is None else f"GET {mask_url(probe.url)} failed"
+        why = redact(probe.last_error or "").removeprefix("ValueError: ")  # type: ignore[union-attr]
+        return None, f"no server metrics: {where} ({why})"
     if not probe.samples[0].values:
-        return None, f"no server metrics: {probe.url} has none of the vLLM metrics tracked"
+        return None, f"no server metrics: {mask_url(probe.url)} has none of the vLLM metrics tracked"
     return probe, None
 
 
-def _server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str], calls: list[CallRecord],
-                    tasks: list[TaskRecord], interval: float) -> dict[str, Any]:
-    """Join the scrapes with the task records, write server_tasks.jsonl, return the summary section."""
-    timeline, loads = None, None
+def server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str],
+                    tally: server_metrics.ServerTally, interval: float, redact: Redactor) -> dict[str, Any]:
+    """Join the scrapes with the task records (read back one at a time), write server_tasks.jsonl,
+    return the summary section."""
+    timeline = None
     if probe is not None:
         timeline = probe.summary()
-        loads = {load.task_id: {"kv_cache_usage_mean": load.kv_cache_usage_mean, "waiting_mean": load.waiting_mean,
-                                "running_mean": load.running_mean} for load in probe.join(tasks)}
+        if timeline.get("last_error"):
+            timeline["last_error"] = redact(timeline["last_error"])
         note = note or probe.gpu_note
-    rows = server_metrics.task_rows(tasks, calls, loads)
-    server_metrics.write_task_rows(folder, rows)
-    return server_metrics.server_section(rows, calls, timeline, interval_s=interval if probe else None, note=note)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        # tasks.jsonl holds the tasks in the order the tally was fed them
+        for task, cached in zip(results.iter_tasks(folder), tally.ended()):
+            load = None
+            if probe is not None:
+                [joined] = probe.join((task,))
+                load = {"kv_cache_usage_mean": joined.kv_cache_usage_mean, "waiting_mean": joined.waiting_mean,
+                        "running_mean": joined.running_mean}
+            yield server_metrics.task_row(task, cached, load)
+
+    counted = 0
+
+    def counting() -> Iterator[dict[str, Any]]:
+        nonlocal counted
+        for row in rows():
+            counted += 1
+            yield row
+
+    values = server_metrics.write_task_rows(folder, counting())
+    return server_metrics.section(tally, values, counted, timeline, interval_s=interval if probe else None,
+                                  note=note)
 
 
 async def _drive(driver: Driver, writer: ResultWriter, total: int,
-                 on_progress: Optional[Callable[[Progress], None]], handle_sigint: bool,
+                 on_progress: Optional[Callable[[Progress], None]],
                  on_tick: Optional[Callable[[], None]] = None) -> DriverResult:
-    loop = asyncio.get_running_loop()
-    sigint = False
-
-    def on_sigint() -> None:
-        # the first Ctrl-C ends the run cleanly; a second one interrupts as usual
-        loop.remove_signal_handler(signal.SIGINT)
-        driver.stop()
-
-    if handle_sigint:
-        try:
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-            sigint = True
-        except (NotImplementedError, RuntimeError):  # not the main thread, or no signal support
-            pass
-
     async def tick() -> None:
         while True:
-            writer.maybe_flush()
             if on_tick is not None:
                 on_tick()
             if on_progress is not None:
@@ -253,5 +407,3 @@ async def _drive(driver: Driver, writer: ResultWriter, total: int,
         ticker.cancel()
         if on_progress is not None:
             on_progress(Progress(driver.now(), total, driver.started, driver.in_flight, writer.counters))
-        if sigint:
-            loop.remove_signal_handler(signal.SIGINT)

@@ -1,26 +1,29 @@
 """The head and the tail of a result folder, the same for a live run (`simulator.live.runner`) and a
 simulated one (`simulator.sim.runner`): run.json's common part before anything is measured, and at the
-end the summary from the streamed records, with histograms.json and summary.json beside them."""
+end the summary from the tally of the streamed records, with histograms.json and summary.json beside
+them."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+import orjson
 from hdrh.histogram import HdrHistogram
 
 from . import histograms, results
-from .records import CallRecord, TaskRecord
 from .results import Window
 from .slo import Slo
-from .summary import Summary, summarize
+from .summary import Summary, from_tally
+from .tally import RunTally
 
 if TYPE_CHECKING:
     from ..workload import Workload
 
-Sections = Callable[[list[CallRecord], list[TaskRecord]], Mapping[str, Any]]
-"""The sections a runner adds to the summary, by `Summary` field name, from the run's records."""
+Sections = Callable[[], Mapping[str, Any]]
+"""The sections a runner adds to the summary, by `Summary` field name (from what it kept of the run)."""
 
 
 def planned_counts(workload: Workload) -> dict[str, int]:
@@ -29,15 +32,43 @@ def planned_counts(workload: Workload) -> dict[str, int]:
     return {"tasks": tasks, "calls": calls, "subtasks": subtasks}
 
 
-def run_info(what: Mapping[str, Any], window: Window, planned: Mapping[str, int]) -> dict[str, Any]:
-    """run.json: what ran (`what`, in its order), then when it started, the measurement window and the
-    planned counts (what a summary rebuilt from the records needs)."""
-    return {
+RUN_KEYS_OUTSIDE_FINGERPRINT = ("output", "scrape_interval", "workers")
+"""Run settings that change where results go, how often /metrics is read or how many client processes
+send the load, not the load replayed."""
+
+
+def _digest(value: Any) -> str:
+    from ..hash_ids import json_default  # noqa: PLC0415 - calls' hash ids may be shared views
+
+    return "sha256:" + hashlib.sha256(orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def fingerprint(workload: Workload, settings: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
+    """What a comparison checks before it compares two result folders: a digest of the tasks replayed
+    (every task, call and sub-task field; not where the workload was read from), and, from the
+    scenario's settings, one of the run settings that shape the replay and one of the SLO."""
+    out = {"workload": _digest(workload.tasks)}
+    if settings is not None:
+        run = {k: v for k, v in (settings.get("run") or {}).items() if k not in RUN_KEYS_OUTSIDE_FINGERPRINT}
+        out["run"] = _digest(run)
+        out["slo"] = _digest(settings.get("slo") or {})
+    return out
+
+
+def run_info(what: Mapping[str, Any], window: Window, planned: Mapping[str, int],
+             workload: Optional[Workload] = None) -> dict[str, Any]:
+    """run.json: what ran (`what`, in its order), then when it started, the measurement window, the
+    planned counts (what a summary rebuilt from the records needs) and, given the `workload`, its
+    `fingerprint` (with the run and SLO settings of ``what["settings"]``)."""
+    info = {
         **what,
         "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "window": {"start": window.start, "end": window.end},
         "planned": dict(planned),
     }
+    if workload is not None:
+        info["fingerprint"] = fingerprint(workload, what.get("settings"))
+    return info
 
 
 def write_summary(
@@ -50,15 +81,17 @@ def write_summary(
     partial: bool = False,
     stop_reason: str = "completed",
     sections: Optional[Sections] = None,
+    tally: Optional[RunTally] = None,
 ) -> Summary:
     """Summarize the records streamed into `folder` (its writer closed), add the runner's `sections` and
-    the folder, write histograms.json and summary.json; returns the summary. `itl`: the live ITL
-    histogram (None: approximated from each call's mean gap)."""
+    the folder, write histograms.json and summary.json; returns the summary. `tally`: the `RunTally` the
+    writer fed as the records finished (None: the records are read back, one at a time, into a new
+    one). `itl`: the live ITL histogram (None: approximated from each call's mean gap)."""
     folder = Path(folder)
-    calls, tasks = results.read_calls(folder), results.read_tasks(folder)
-    summary, hists = summarize(calls, tasks, itl=itl, window=window, slo=slo, planned=planned,
-                               partial=partial, stop_reason=stop_reason)
-    for name, value in (sections(calls, tasks) if sections is not None else {}).items():
+    if tally is None:
+        tally = RunTally(window, slo).feed(results.iter_calls(folder), results.iter_tasks(folder))
+    summary, hists = from_tally(tally, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason)
+    for name, value in (sections() if sections is not None else {}).items():
         if name not in Summary.model_fields:
             raise ValueError(f"not a section of the summary: {name}")
         setattr(summary, name, value)

@@ -41,6 +41,9 @@ class CallRecord:
     error_class: Optional[str] = None
     """'http_4xx', 'http_5xx', 'connect', 'reset', 'timeout', 'stall', 'malformed', ... when not ok."""
     error_message: Optional[str] = None
+    retry_after: Optional[float] = None
+    """Seconds the server's ``Retry-After`` asked to wait before trying again (a 429 or 503), if it did;
+    a retry then waits at least that long."""
 
     @property
     def latency(self) -> float:

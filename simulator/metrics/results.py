@@ -5,16 +5,19 @@ Layout of a result folder::
     run.json         what ran: scenario, target, measurement window, planned counts (written first)
     calls.jsonl      one CallRecord per line, in the order calls ended
     tasks.jsonl      one TaskRecord per line, in the order tasks ended
-    histograms.json  {name: encoded HdrHistogram} (rewritten on every flush)
+    histograms.json  {name: encoded HdrHistogram} (the live ITL one rewritten every second)
+    progress.json    {"tasks_started": N}: top-level tasks the run had started (rewritten as it goes)
     summary.json     the figures (written at the end, also after an interruption)
     server_metrics.jsonl, server_tasks.jsonl
                      the server's /metrics scrapes and their per-task joins, when it has /metrics
 
-Files are flushed about every second and at the end, so a crash or Ctrl-C keeps what was measured.
+Records are pushed to the operating system at most 100 ms after they finish and at the end, so a
+crash, Ctrl-C or SIGTERM keeps what was measured (a summary rebuilt from the records by `report`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -22,6 +25,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
+
+import orjson
 
 from ..errors import InputError
 from . import histograms
@@ -32,6 +37,10 @@ CALLS_FILE = "calls.jsonl"
 TASKS_FILE = "tasks.jsonl"
 HISTOGRAMS_FILE = "histograms.json"
 SUMMARY_FILE = "summary.json"
+PROGRESS_FILE = "progress.json"
+FLUSH_INTERVAL = 0.1
+"""Most seconds a written record waits before it is pushed to the operating system."""
+HISTOGRAMS_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,18 +74,30 @@ def record_dict(record: Any) -> dict[str, Any]:
 
 
 class ResultWriter:
-    """Streams records into a result folder and keeps the live ITL histogram and counters."""
+    """Streams records into a result folder and keeps the live ITL histogram and counters; every record
+    also goes to each of `sinks` (a `simulator.metrics.tally.RunTally`, ...), which keep the run's
+    figures as it goes.
 
-    def __init__(self, folder: Path, window: Window, flush_interval: float = 1.0) -> None:
+    A record reaches the operating system at most `flush_interval` seconds after it was written (by a
+    loop timer when an asyncio loop runs, else at the next record), so a process killed outright loses
+    at most that much; histograms.json is rewritten at most every `HISTOGRAMS_INTERVAL` seconds."""
+
+    def __init__(self, folder: Path, window: Window, flush_interval: float = FLUSH_INTERVAL,
+                 sinks: Sequence[Any] = ()) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.window = window
         self.flush_interval = flush_interval
+        self.sinks = tuple(sinks)
         self.itl = histograms.new_histogram()
         self.counters = LiveCounters()
+        self.tasks_started: Optional[int] = None
+        """Top-level tasks started so far, when the driver tells (`started`); saved in progress.json."""
         self._calls = open(self.folder / CALLS_FILE, "w", encoding="utf-8")
         self._tasks = open(self.folder / TASKS_FILE, "w", encoding="utf-8")
-        self._last_flush = time.monotonic()
+        self._last_flush = self._last_histograms = time.monotonic()
+        self._pending = False
+        self._progress_saved: Optional[int] = None
         self._closed = False
 
     def write_run_info(self, info: dict[str, Any]) -> None:
@@ -96,7 +117,9 @@ class ResultWriter:
         else:
             c.calls_failed += 1
             c.errors[record.error_class or "unknown"] += 1
-        self.maybe_flush()
+        for sink in self.sinks:
+            sink.call(record, gaps)
+        self._written()
 
     def task(self, record: TaskRecord) -> None:
         """Store one finished task (or sub-task)."""
@@ -106,24 +129,57 @@ class ResultWriter:
                 self.counters.tasks_done += 1
             else:
                 self.counters.tasks_failed += 1
-        self.maybe_flush()
+        for sink in self.sinks:
+            sink.task(record)
+        self._written()
+
+    def started(self, tasks: int) -> None:
+        """The driver has started `tasks` top-level tasks so far (saved with the next flush, so that a
+        killed run's report tells the tasks it had started from those it had not)."""
+        self.tasks_started = tasks
+        if tasks != self._progress_saved:
+            self._written()
+
+    def _written(self) -> None:
+        if self._pending or self._closed:
+            return
+        self._pending = True
+        if time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a simulation): the next record flushes once the interval has passed
+        loop.call_later(self.flush_interval, self.flush)
 
     def maybe_flush(self) -> None:
+        """Flush when the last flush is `flush_interval` old."""
         if time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
 
     def flush(self) -> None:
-        """Push records to disk and rewrite histograms.json."""
+        """Push records to disk (and progress.json); rewrite histograms.json when it is a second old."""
         if self._closed:
             return
         self._calls.flush()
         self._tasks.flush()
+        self._pending = False
+        now = self._last_flush = time.monotonic()
+        if self.tasks_started is not None and self.tasks_started != self._progress_saved:
+            write_json(self.folder, PROGRESS_FILE, {"tasks_started": self.tasks_started})
+            self._progress_saved = self.tasks_started
+        if now - self._last_histograms >= HISTOGRAMS_INTERVAL:
+            self._save_histograms()
+
+    def _save_histograms(self) -> None:
         histograms.save(self.folder / HISTOGRAMS_FILE, {"itl": self.itl})
-        self._last_flush = time.monotonic()
+        self._last_histograms = time.monotonic()
 
     def close(self) -> None:
         if not self._closed:
             self.flush()
+            self._save_histograms()
             self._calls.close()
             self._tasks.close()
             self._closed = True
@@ -139,29 +195,43 @@ class ResultWriter:
 
 
 def _read_jsonl(path: Path, kind: type) -> Iterator[Any]:
+    """The records of a JSONL file, one at a time (a file of any size reads in constant memory)."""
     if not path.exists():
         return
     with open(path, encoding="utf-8") as fh:
-        lines = fh.readlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield kind(**json.loads(line))
-        except (json.JSONDecodeError, TypeError) as exc:
-            if number == len(lines) and not line.endswith("\n"):
-                return  # a line cut short by a crash
-            raise InputError(f"bad record: {exc}", file=str(path), line=number) from None
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                try:
+                    data = orjson.loads(line)
+                except orjson.JSONDecodeError:  # NaN, integers past 64 bits: what only json reads
+                    data = json.loads(line)
+                yield kind(**data)
+            except (json.JSONDecodeError, TypeError) as exc:
+                if not line.endswith("\n"):
+                    return  # the last line, cut short by a crash
+                raise InputError(f"bad record: {exc}", file=str(path), line=number) from None
+
+
+def iter_calls(folder: Path) -> Iterator[CallRecord]:
+    """The call records of a result folder, one at a time."""
+    return _read_jsonl(Path(folder) / CALLS_FILE, CallRecord)
+
+
+def iter_tasks(folder: Path) -> Iterator[TaskRecord]:
+    """The task records of a result folder, one at a time."""
+    return _read_jsonl(Path(folder) / TASKS_FILE, TaskRecord)
 
 
 def read_calls(folder: Path) -> list[CallRecord]:
-    """Every call record of a result folder."""
-    return list(_read_jsonl(Path(folder) / CALLS_FILE, CallRecord))
+    """Every call record of a result folder (a list: for tests and small runs; `iter_calls` streams)."""
+    return list(iter_calls(folder))
 
 
 def read_tasks(folder: Path) -> list[TaskRecord]:
-    """Every task record of a result folder."""
-    return list(_read_jsonl(Path(folder) / TASKS_FILE, TaskRecord))
+    """Every task record of a result folder (a list; `iter_tasks` streams)."""
+    return list(iter_tasks(folder))
 
 
 def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:

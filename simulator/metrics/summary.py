@@ -2,8 +2,10 @@
 per task (overall and per task class), the breakdown of task time, goodput against the SLO, errors.
 
 Everything is computed from the call and task records (plus the ITL histogram, the only figure that
-needs more than a record holds), so a summary rebuilt from the JSONL files after a crash is the same
-as the one written at the end of the run.
+needs more than a record holds), in one pass that keeps only counters and histograms
+(`simulator.metrics.tally.RunTally`): a run's summary comes from the tally fed as records finish, and
+a summary rebuilt from the JSONL files after a crash streams them through the same tally, so it is the
+same as the one written at the end of the run.
 
 The summary is a typed `Summary`; its `to_dict()` is summary.json. Every figure has a default, so a
 summary.json written by an older version (or by hand, with a few figures) loads, and a part is written
@@ -12,8 +14,6 @@ only when it was set: a summary dumps to the keys it was built or loaded with.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Self
 
@@ -26,6 +26,7 @@ from ..errors import InputError
 from .records import CallRecord, TaskRecord
 from .results import Window
 from .slo import PERCENTILE_KEYS, PercentileTarget, Slo
+from .tally import RunTally
 
 SUMMARY_VERSION = 1
 
@@ -140,6 +141,8 @@ class TaskFigures(Figures):
     by_class: dict[str, TaskClassFigures] = {}
     planned: Optional[int] = None
     not_started: Optional[int] = None
+    interrupted: Optional[int] = None
+    """Top-level tasks started but never ended (a killed run's summary rebuilt from its records)."""
     goodput_per_hour: Optional[float] = None
     slo_met_share: Optional[float] = None
     """Share of the counted tasks completed within the task SLO's per-item bound."""
@@ -189,6 +192,22 @@ class SimulationStats(Figures):
     kv_evicted_blocks: int = 0
     max_running: int = 0
     busy_fraction: float = 0.0
+    calibration_rms_error: Optional[float] = None
+    """The profile's calibration fit error (rms of predicted / measured - 1 over its sweep; None: the
+    profile was not calibrated, or recorded no error)."""
+    calibration_points: int = 0
+    uncalibrated: list[str] = []
+    """What the prediction leans on without a measurement of the server behind it (empty: nothing)."""
+    uncertainty: str = ""
+    """The two above in one sentence, as `agentload simulate` prints it."""
+
+
+class ErrorMessage(Figures):
+    """One error message of failed attempts (whitespace folded, cut at 300 characters) and how often."""
+
+    error_class: str = ""
+    message: str = ""
+    count: int = 0
 
 
 class Summary(Figures):
@@ -219,6 +238,8 @@ class Summary(Figures):
     client_lag_ms: ClientLag = ClientLag()
     errors: dict[str, int] = {}
     """Failed attempts (all, not only the window's) by error class, most frequent first."""
+    error_messages: Optional[list[ErrorMessage]] = None
+    """The most frequent messages of failed attempts, with their class (set when an attempt failed)."""
     calls: CallAccounting = CallAccounting()
     tasks: TaskFigures = TaskFigures()
     slo: SloFigures = SloFigures()
@@ -262,42 +283,6 @@ class Summary(Figures):
 # --- computing it ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Counted:
-    """The records a summary counts: calls by intended send and top-level tasks by arrival within the
-    window (all calls and tasks still go into the accounting), and the seconds they span."""
-
-    calls: list[CallRecord]
-    tasks: list[TaskRecord]
-    window_calls: list[CallRecord]
-    ok_calls: list[CallRecord]
-    top_tasks: list[TaskRecord]
-    window_tasks: list[TaskRecord]
-    by_class: dict[str, list[TaskRecord]]
-    """The window's tasks per class, classes sorted."""
-    duration: float
-
-    @classmethod
-    def select(cls, calls: Iterable[CallRecord], tasks: Iterable[TaskRecord], window: Window) -> _Counted:
-        calls, tasks = list(calls), list(tasks)
-        window_calls = [c for c in calls if window.contains(c.intended_send)]
-        top_tasks = [t for t in tasks if t.parent_id is None]
-        window_tasks = [t for t in top_tasks if window.contains(t.arrival)]
-        by_class: dict[str, list[TaskRecord]] = defaultdict(list)
-        for t in window_tasks:
-            by_class[t.task_class].append(t)
-        ends = [c.end for c in window_calls] + [t.end for t in window_tasks]
-        duration = max(0.0, max(ends, default=window.start) - window.start)
-        return cls(calls, tasks, window_calls, [c for c in window_calls if c.ok], top_tasks, window_tasks,
-                   dict(sorted(by_class.items())), duration)
-
-    def per_second(self, n: float) -> float:
-        return n / self.duration if self.duration > 0 else 0.0
-
-    def per_hour(self, n: float) -> float:
-        return n * 3600 / self.duration if self.duration > 0 else 0.0
-
-
 def summarize(
     calls: Iterable[CallRecord],
     tasks: Iterable[TaskRecord],
@@ -309,71 +294,61 @@ def summarize(
     partial: bool = False,
     stop_reason: str = "completed",
 ) -> tuple[Summary, dict[str, HdrHistogram]]:
-    """(summary, histograms by name). `planned` holds the workload's counts (tasks, calls, subtasks);
-    without the live `itl` histogram, ITL is approximated from each call's mean gap."""
-    counted = _Counted.select(calls, tasks, window)
-    hist = _histograms(counted, itl)
-    ok = counted.ok_calls
-    total_in = sum(c.input_tokens for c in ok)
-    total_out = sum(c.output_tokens for c in ok)
+    """(summary, histograms by name) of these records, in one pass over them (`RunTally`). `planned`
+    holds the workload's counts (tasks, calls, subtasks); without the live `itl` histogram, ITL is
+    approximated from each call's mean gap."""
+    tally = RunTally(window, slo).feed(calls, tasks)
+    return from_tally(tally, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason)
+
+
+def from_tally(
+    tally: RunTally,
+    *,
+    itl: Optional[HdrHistogram] = None,
+    planned: Optional[Mapping[str, int]] = None,
+    partial: bool = False,
+    stop_reason: str = "completed",
+) -> tuple[Summary, dict[str, HdrHistogram]]:
+    """(summary, histograms by name) of the records a tally has counted."""
+    hist = tally.histograms(itl)
+    duration = tally.duration
+    total_in, total_out = tally.input_tokens, tally.output_tokens
     summary = Summary(
         agentload_summary=SUMMARY_VERSION, partial=partial, stop_reason=stop_reason,
-        duration=counted.duration, window=window,
-        completed=len(ok), failed=len(counted.window_calls) - len(ok),
+        duration=duration, window=tally.window,
+        completed=tally.window_ok, failed=tally.window_calls - tally.window_ok,
         total_input_tokens=total_in, total_output_tokens=total_out,
-        request_throughput=counted.per_second(len(ok)), output_throughput=counted.per_second(total_out),
-        total_token_throughput=counted.per_second(total_in + total_out),
+        request_throughput=_per_second(tally.window_ok, duration), output_throughput=_per_second(total_out, duration),
+        total_token_throughput=_per_second(total_in + total_out, duration),
         **{metric: CallLatency.pick(H.stats_ms(hist[metric])) for metric in CALL_METRICS},
         client_lag_ms=ClientLag.pick(H.stats_ms(hist["client_lag"])),
-        errors=_errors(counted.calls),
-        calls=_call_accounting(counted, planned),
-        tasks=_task_figures(counted, hist, slo, planned),
-        slo=_slo_figures(counted, hist, slo),
+        errors=dict(tally.errors.most_common()),
+        calls=_call_accounting(tally, planned),
+        tasks=_task_figures(tally, hist, planned),
+        slo=_slo_figures(tally, hist),
     )
-    cached = [c.cached_tokens for c in ok if c.cached_tokens is not None]
-    if cached:
-        summary.total_cached_tokens = sum(cached)
+    if tally.cached_tokens is not None:
+        summary.total_cached_tokens = tally.cached_tokens
+    if tally.messages:
+        summary.error_messages = [ErrorMessage(**entry) for entry in tally.top_messages()]
     return summary, hist
 
 
-def _histograms(counted: _Counted, itl: Optional[HdrHistogram]) -> dict[str, HdrHistogram]:
-    """The latency histograms the figures come from (saved as histograms.json)."""
-    ok = counted.ok_calls
-    hist = {
-        "ttft": H.from_seconds(c.ttft for c in ok if c.ttft is not None),
-        "tpot": H.from_seconds(c.tpot for c in ok if c.tpot is not None),
-        "itl": itl if itl is not None else _approx_itl(ok),
-        "e2el": H.from_seconds(c.latency for c in ok),
-        "client_lag": H.from_seconds(c.client_lag for c in counted.window_calls),
-        "task_completion": H.from_seconds(t.completion_time for t in counted.window_tasks if t.ok),
-    }
-    for name, group in counted.by_class.items():
-        hist[f"task_completion[{name}]"] = H.from_seconds(t.completion_time for t in group if t.ok)
-    return hist
+def _per_second(n: float, duration: float) -> float:
+    return n / duration if duration > 0 else 0.0
 
 
-def _approx_itl(ok_calls: list[CallRecord]) -> HdrHistogram:
-    """Without the live ITL histogram (a crash before it was saved): each call's mean gap, weighted."""
-    h = H.new_histogram()
-    for c in ok_calls:
-        if c.itl_count and c.itl_mean is not None:
-            H.record_seconds(h, c.itl_mean, c.itl_count)
-    return h
+def _per_hour(n: float, duration: float) -> float:
+    return n * 3600 / duration if duration > 0 else 0.0
 
 
-def _errors(calls: list[CallRecord]) -> dict[str, int]:
-    """Failed attempts by error class, most frequent first."""
-    return dict(Counter(c.error_class or "unknown" for c in calls if not c.ok).most_common())
-
-
-def _call_accounting(counted: _Counted, planned: Optional[Mapping[str, int]]) -> CallAccounting:
-    calls = counted.calls
+def _call_accounting(tally: RunTally, planned: Optional[Mapping[str, int]]) -> CallAccounting:
     accounting = CallAccounting(
-        attempts=len(calls),
-        ok=len({(c.task_id, c.call_index) for c in calls if c.ok}),
-        failed_attempts=sum(1 for c in calls if not c.ok and c.error_class != "cancelled"),
-        cancelled=sum(1 for c in calls if c.error_class == "cancelled"),
-        excluded_by_window=len(calls) - len(counted.window_calls),
+        attempts=tally.attempts,
+        ok=tally.calls_ok,
+        failed_attempts=tally.failed_attempts,
+        cancelled=tally.cancelled_calls,
+        excluded_by_window=tally.attempts - tally.window_calls,
     )
     if planned is not None:
         accounting.planned = planned.get("calls", 0)
@@ -385,74 +360,72 @@ def _time_stats(h: HdrHistogram) -> TimeStats:
     return TimeStats.pick({k: v / 1000 for k, v in H.stats_ms(h).items()})
 
 
-def _task_figures(counted: _Counted, hist: dict[str, HdrHistogram], slo: Slo,
-                  planned: Optional[Mapping[str, int]]) -> TaskFigures:
-    tasks, top, window = counted.tasks, counted.top_tasks, counted.window_tasks
-    ok = [t for t in window if t.ok]
-    bound = slo.task_s.item_bound() if slo.task_s else None
+def _task_figures(tally: RunTally, hist: dict[str, HdrHistogram], planned: Optional[Mapping[str, int]]) -> TaskFigures:
+    counts, duration = tally.all_tasks, tally.duration
     figures = TaskFigures(
-        completed=len(ok),
-        failed=sum(1 for t in window if not t.ok and t.error_class != "cancelled"),
-        cancelled=sum(1 for t in window if t.error_class == "cancelled"),
-        finished_all=len(top),
-        sub_tasks_finished=len(tasks) - len(top),
-        excluded_by_window=len(top) - len(window),
-        throughput_per_hour=counted.per_hour(len(ok)),
+        completed=counts.ok,
+        failed=counts.failed,
+        cancelled=counts.cancelled,
+        finished_all=tally.top_finished,
+        sub_tasks_finished=tally.tasks_finished - tally.top_finished,
+        excluded_by_window=tally.top_finished - counts.counted,
+        throughput_per_hour=_per_hour(counts.ok, duration),
         completion_time_s=_time_stats(hist["task_completion"]),
-        breakdown_s=_breakdown(ok),
-        by_class={name: _class_figures(counted, group, hist[f"task_completion[{name}]"], bound)
-                  for name, group in counted.by_class.items()},
+        breakdown_s=_breakdown(tally.breakdown, counts.ok),
+        by_class={name: _class_figures(tally.by_class[name], hist[f"task_completion[{name}]"], tally)
+                  for name in sorted(tally.by_class)},
     )
     if planned is not None:
         figures.planned = planned.get("tasks", 0)
-        figures.not_started = max(0, figures.planned - len(top))
-    if bound is not None:
-        good = _within(ok, bound)
-        figures.goodput_per_hour = counted.per_hour(good)
-        figures.slo_met_share = good / len(window) if window else 0.0
+        figures.not_started = max(0, figures.planned - tally.top_finished)
+    if tally.slo.task_s is not None:
+        figures.goodput_per_hour = _per_hour(counts.within_bound, duration)
+        figures.slo_met_share = counts.within_bound / counts.counted if counts.counted else 0.0
     return figures
 
 
-def _class_figures(counted: _Counted, group: list[TaskRecord], completion: HdrHistogram,
-                   bound: Optional[float]) -> TaskClassFigures:
-    ok = [t for t in group if t.ok]
-    figures = TaskClassFigures(completed=len(ok), failed=len(group) - len(ok),
-                               throughput_per_hour=counted.per_hour(len(ok)),
+def _class_figures(counts: Any, completion: HdrHistogram, tally: RunTally) -> TaskClassFigures:
+    duration = tally.duration
+    figures = TaskClassFigures(completed=counts.ok, failed=counts.counted - counts.ok,
+                               throughput_per_hour=_per_hour(counts.ok, duration),
                                completion_time_s=_time_stats(completion))
-    if bound is not None:
-        figures.goodput_per_hour = counted.per_hour(_within(ok, bound))
+    if tally.slo.task_s is not None:
+        figures.goodput_per_hour = _per_hour(counts.within_bound, duration)
     return figures
 
 
-def _within(tasks: list[TaskRecord], bound: float) -> int:
-    """How many of these tasks completed within `bound` seconds (task goodput)."""
-    return sum(1 for t in tasks if t.completion_time <= bound)
-
-
-def _breakdown(tasks: list[TaskRecord]) -> Breakdown:
-    """Where the time of these (completed) tasks went, mean seconds per task."""
-    n = len(tasks)
+def _breakdown(sums: Any, n: int) -> Breakdown:
+    """Where the time of the completed tasks went, mean seconds per task (`sums`: their totals)."""
     if n == 0:
         return Breakdown(total=0.0, in_calls=0.0, ttft=0.0, decode=0.0, gaps=0.0, client_lag=0.0, other=0.0)
-    total = sum(t.completion_time for t in tasks) / n
-    in_calls = sum(t.time_in_calls for t in tasks) / n
-    ttft = sum(t.time_in_ttft for t in tasks) / n
-    gaps = sum(t.time_in_gaps for t in tasks) / n
-    lag = sum(t.client_lag for t in tasks) / n
+    total = sums.total / n
+    in_calls = sums.in_calls / n
+    ttft = sums.ttft / n
+    gaps = sums.gaps / n
+    lag = sums.client_lag / n
     return Breakdown(total=total, in_calls=in_calls, ttft=ttft, decode=in_calls - ttft, gaps=gaps,
                      client_lag=lag, other=max(0.0, total - in_calls - gaps - lag))
 
 
-def _slo_figures(counted: _Counted, hist: dict[str, HdrHistogram], slo: Slo) -> SloFigures:
+def _slo_figures(tally: RunTally, hist: dict[str, HdrHistogram]) -> SloFigures:
     """Per target: each percentile measured against its bound; per call: shares meeting TTFT/TPOT."""
     figures = SloFigures()
+    slo = tally.slo
     for name, target, h, us_per_unit in (("ttft_ms", slo.ttft_ms, hist["ttft"], 1000.0),
                                          ("tpot_ms", slo.tpot_ms, hist["tpot"], 1000.0),
                                          ("task_s", slo.task_s, hist["task_completion"], 1e6)):
         if target is not None:
             setattr(figures, name, _target_check(target, h, us_per_unit))
     if slo.ttft_ms or slo.tpot_ms:
-        _call_goodput(figures, counted, slo)
+        # the shares of the window's completed calls within the per-call bounds; a call without a
+        # TPOT (one output token) meets any TPOT bound
+        n = tally.window_ok
+        if slo.ttft_ms is not None:
+            figures.calls_meeting_ttft = tally.meeting_ttft / n if n else 0.0
+        if slo.tpot_ms is not None:
+            figures.calls_meeting_tpot = tally.meeting_tpot / n if n else 0.0
+        figures.calls_meeting_all = tally.meeting_all / n if n else 0.0
+        figures.call_goodput = _per_second(tally.meeting_all, tally.duration)
     return figures
 
 
@@ -462,28 +435,6 @@ def _target_check(target: PercentileTarget, h: HdrHistogram, us_per_unit: float)
         measured = h.get_value_at_percentile(PERCENTILE_KEYS[key]) / us_per_unit if h.get_total_count() else None
         checks[key] = PercentileCheck(bound=bound, measured=measured, met=measured is not None and measured <= bound)
     return TargetCheck(percentiles=checks, item_bound=target.item_bound(), met=all(c.met for c in checks.values()))
-
-
-def _call_goodput(figures: SloFigures, counted: _Counted, slo: Slo) -> None:
-    """The shares of the window's completed calls within the per-call TTFT and TPOT bounds, and the
-    rate of those within all of them. A call without a TPOT (one output token) meets any TPOT bound."""
-    ttft_bound = slo.ttft_ms.item_bound() / 1000 if slo.ttft_ms else None
-    tpot_bound = slo.tpot_ms.item_bound() / 1000 if slo.tpot_ms else None
-
-    def good(c: CallRecord) -> bool:
-        if ttft_bound is not None and (c.ttft is None or c.ttft > ttft_bound):
-            return False
-        return tpot_bound is None or c.tpot is None or c.tpot <= tpot_bound
-
-    ok = counted.ok_calls
-    n = len(ok)
-    if ttft_bound is not None:
-        figures.calls_meeting_ttft = sum(1 for c in ok if c.ttft is not None and c.ttft <= ttft_bound) / n if n else 0.0
-    if tpot_bound is not None:
-        figures.calls_meeting_tpot = sum(1 for c in ok if c.tpot is None or c.tpot <= tpot_bound) / n if n else 0.0
-    good_n = sum(1 for c in ok if good(c))
-    figures.calls_meeting_all = good_n / n if n else 0.0
-    figures.call_goodput = counted.per_second(good_n)
 
 
 # --- reading it back ------------------------------------------------------------------------------
@@ -502,13 +453,25 @@ def rebuild(folder: Path) -> Summary:
     if (folder / results.HISTOGRAMS_FILE).exists():
         itl = H.load(folder / results.HISTOGRAMS_FILE).get("itl")
     summary, _ = summarize(
-        results.read_calls(folder), results.read_tasks(folder), itl=itl,
+        results.iter_calls(folder), results.iter_tasks(folder), itl=itl,
         window=Window(win.get("start", 0.0), win.get("end")), slo=slo, planned=info.get("planned"),
         partial=True, stop_reason="rebuilt from records (no summary.json)",
     )
+    _count_interrupted(summary.tasks, results.read_json(folder, results.PROGRESS_FILE))
     summary.scenario = info.get("scenario", folder.name)
     summary.result_dir = str(folder)
     return summary
+
+
+def _count_interrupted(tasks: TaskFigures, progress: Optional[Mapping[str, Any]]) -> None:
+    """A run that ended without its summary (killed) left tasks started and never ended: those the
+    run had started (progress.json) less those with a record are interrupted, not 'not started'."""
+    started = (progress or {}).get("tasks_started")
+    if not isinstance(started, int) or isinstance(started, bool):
+        return
+    tasks.interrupted = max(0, started - tasks.finished_all)
+    if tasks.planned is not None:
+        tasks.not_started = max(0, tasks.planned - tasks.finished_all - tasks.interrupted)
 
 
 def load_summary(folder: Path) -> Summary:

@@ -11,6 +11,9 @@ from rich.text import Text
 from ..metrics.summary import Summary, TaskClassFigures, TaskFigures
 from .server import render_server
 
+WIDE = 10_000
+"""Columns of a console that is no terminal: wide enough that no table is ever narrowed."""
+
 PCTS = {"p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p99.9": "p99_9"}
 """Column label: field of the figures (`CallLatency`, `TimeStats`)."""
 
@@ -108,10 +111,25 @@ def headline(summary: Summary) -> Text:
         acct.append(f"of {calls.planned} planned ({calls.not_done or 0} not done)")
     acct.append(f"{calls.attempts} attempts, {calls.excluded_by_window} outside the window")
     if tasks.planned is not None:
+        interrupted = f", {tasks.interrupted} started and interrupted" if tasks.interrupted else ""
         acct.append(f"tasks: {tasks.finished_all} of {tasks.planned} ended "
-                    f"({tasks.completed} completed), {tasks.not_started or 0} not started")
+                    f"({tasks.completed} completed){interrupted}, {tasks.not_started or 0} not started")
     lines.append("; ".join(acct))
     return Text("\n".join(lines))
+
+
+def error_table(summary: Summary) -> Optional[Table]:
+    """The most frequent error messages of failed attempts (None when none failed): what a wrong model
+    name or a refused key said, not only its class."""
+    if not summary.error_messages:
+        return None
+    table = Table(title="Most frequent errors", title_justify="left")
+    table.add_column("attempts", justify="right")
+    table.add_column("class")
+    table.add_column("message", overflow="fold")
+    for entry in summary.error_messages:
+        table.add_row(str(entry.count), entry.error_class, Text(entry.message))
+    return table
 
 
 def render(summary: Summary) -> Group:
@@ -123,13 +141,25 @@ def render(summary: Summary) -> Group:
     server = render_server(summary.server)
     if server is not None:
         parts.append(server)
+    errors = error_table(summary)
+    if errors is not None:
+        parts.append(errors)
     parts.append(headline(summary))
     return Group(*parts)
 
 
+def output_console(stderr: bool = False) -> Console:
+    """A console to print tables on: rich's own on a terminal; elsewhere (CI logs, pipes, files) one so
+    wide that tables keep their natural width, so no cell is folded or cut short with an ellipsis."""
+    console = Console(stderr=stderr)
+    if console.is_terminal:
+        return console
+    return Console(stderr=stderr, width=WIDE)
+
+
 def print_summary(summary: Summary, console: Optional[Console] = None) -> None:
     """Print the summary and where the result folder is."""
-    console = console or Console()
+    console = console or output_console()
     console.print(render(summary))
     if summary.result_dir:
         console.print(f"results: {summary.result_dir}")

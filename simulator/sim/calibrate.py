@@ -41,7 +41,7 @@ import numpy as np
 import simpy
 from scipy.optimize import least_squares, nnls
 
-from .profile import ServerProfile
+from .profile import CalibrationRecord, ServerProfile
 from .twin import Twin
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
@@ -253,9 +253,13 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
         cov = sigma2 * np.linalg.pinv(sub.T @ sub)
         stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     coefficients = {t: coefficients[t] for t in terms}
+    record = CalibrationRecord(
+        rms_relative_error=float(np.sqrt(np.mean(residual ** 2))), points=len(y),
+        worst_relative_error=float(np.max(np.abs(residual))),
+        terms={t: float(e / v) if v > 0 else 0.0 for t, v, e in zip(terms, values, stderr)})
     return FitResult(coefficients, {t: float(e) for t, e in zip(terms, stderr)}, tuple(points),
                      tuple(float(v) for v in y), tuple(float(v) for v in predicted),
-                     with_coefficients(profile, coefficients))
+                     with_coefficients(profile, coefficients).model_copy(update={"calibration": record}))
 
 
 def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, terms: list[str],

@@ -23,9 +23,9 @@ The group is arithmetic only: it does not touch the KV cache nor time; the twin 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .request import TwinRequest
 
@@ -36,7 +36,7 @@ _TRIM_AT = 64
 class DecodeGroup:
     """Shared counters of the requests decoding together (see the module docstring)."""
 
-    def __init__(self, block_size: int, keep_gaps: bool) -> None:
+    def __init__(self, block_size: int, keep_gaps: bool, track_room: bool = False) -> None:
         self.block_size = block_size
         self.keep_gaps = keep_gaps
         self.tokens = 0
@@ -50,6 +50,8 @@ class DecodeGroup:
         self.offset_sum = 0
         """Sum of the members' `a`: their computed tokens are ``offset_sum + size * tokens``."""
         self.residues = [0] * block_size
+        self.occupied: Optional[list[int]] = [] if track_room else None
+        """The residues some member has, sorted (kept for `room` only)."""
         self.heap: list[tuple[int, int, TwinRequest]] = []
         """(finish point, seq, member), the finish point being the group's `tokens` when the member
         reaches its target."""
@@ -82,7 +84,10 @@ class DecodeGroup:
         req.in_group = True
         self.size += 1
         self.offset_sum += a
-        self.residues[a % self.block_size] += 1
+        r = a % self.block_size
+        self.residues[r] += 1
+        if self.occupied is not None and self.residues[r] == 1:
+            insort(self.occupied, r)
         heapq.heappush(self.heap, (req.target - req.b, req.seq, req))
         self._order.append((self.steps, req))
         self._joined.append(req)
@@ -112,7 +117,10 @@ class DecodeGroup:
         self._stale += 1
         self.size -= 1
         self.offset_sum -= req.a
-        self.residues[req.a % bs] -= 1
+        r = req.a % bs
+        self.residues[r] -= 1
+        if self.occupied is not None and not self.residues[r]:
+            del self.occupied[bisect_left(self.occupied, r)]
         if not self.size:
             self._reset()
 
@@ -155,6 +163,18 @@ class DecodeGroup:
         for j in range(part):
             need += residues[(-h - j) % bs]
         return need
+
+    def room(self) -> int:
+        """How far the horizon may move before some member needs a block (the group tracks its
+        residues' order when made with `track_room`)."""
+        occupied = self.occupied
+        if not occupied:
+            return 1 << 62
+        bs = self.block_size
+        t = -self.horizon % bs
+        i = bisect_right(occupied, t)
+        # a member of residue r has (t - r) mod bs tokens of room in its last block
+        return t - occupied[i - 1] if i else t - occupied[-1] + bs
 
     # ---- steps ------------------------------------------------------------------------------
 

@@ -11,9 +11,11 @@ of the bad field.
     name: my-server
     base: gb300-nemotron-super-default   # optional
     calibrated: true
+    calibration: {rms_relative_error: 0.08, points: 41, terms: {fixed: 0.04, ...}}
     scheduler: {max_num_seqs: 256, max_num_batched_tokens: 8192, chunked_prefill: true,
                 max_model_len: 32768, async_scheduling: false}
     kv_cache: {block_size: 16, num_blocks: 20000, enable_prefix_caching: true}
+    # a hybrid Mamba + attention model: kv_cache.hybrid (see HybridSettings and docs/server-twin.md)
     spec_decode: {num_tokens: 0, acceptance: 0.0}
     step_time: {fixed: 0.008, per_token: 5.0e-6, per_decode_seq: 1.0e-4, ...}
 
@@ -30,6 +32,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
+from .hybrid import HybridGeometry
+from .hybrid import geometry as hybrid_geometry
 
 PRESET_PACKAGE = "simulator.sim.presets"
 
@@ -53,6 +57,35 @@ class SchedulerSettings(_Section):
     """Overlap scheduling of the next step with the current one (its overhead hides behind the step)."""
 
 
+class HybridSettings(_Section):
+    """A hybrid Mamba + attention model (Nemotron-H, Jamba, ...): the shape vLLM derives its block pool
+    from (`simulator.sim.hybrid`) and its Mamba prefix-caching options. With it, `kv_cache.block_size`
+    is the requested ``--block-size``: the twin raises it as vLLM does, and `bytes_per_token` is the
+    attention KV of one token over all attention layers."""
+
+    attention_layers: int = Field(ge=1)
+    """Attention layers (a speculative drafter's attention layers included: they share the group)."""
+    mamba_layers: int = Field(ge=1)
+    mamba_state_bytes: float = Field(gt=0)
+    """One Mamba layer's state for one sequence, bytes (convolution plus SSM state: vLLM's MambaSpec
+    page before padding; the convolution state grows by one row per draft token)."""
+    kernel_block_size: int = Field(16, ge=1)
+    """The attention kernel's smallest block (tokens): the aligned block size is a multiple of it."""
+    retention_interval: Optional[int] = Field(0, ge=0)
+    """vLLM's ``--prefix-cache-retention-interval``: 0 (its default) keeps a Mamba state only at each
+    prompt's replay boundary and at shared-prefix junctions, N > 0 also every N tokens (a multiple of
+    the aligned block size), null at every block-aligned chunk end."""
+    prefill_checkpoint: bool = True
+    """The Mamba kernel exports the prompt's checkpoint state from inside a prefill chunk (Mamba2 in
+    vLLM 0.32.0), so the last chunk need not stop at it."""
+    speculative_state: bool = True
+    """A running sequence keeps a Mamba state per draft token (vLLM's default; false with
+    ``--use-replayssm``)."""
+    eagle_block_drop: Optional[bool] = None
+    """Prefix hits give back one block for the MTP/EAGLE drafter (vLLM's EAGLE block drop); default:
+    on with speculative decoding."""
+
+
 class KVCacheSettings(_Section):
     """The paged KV cache: its block size and capacity, and prefix caching."""
 
@@ -62,18 +95,50 @@ class KVCacheSettings(_Section):
     memory_bytes: Optional[float] = Field(None, gt=0)
     bytes_per_token: Optional[float] = Field(None, gt=0)
     enable_prefix_caching: bool = True
+    hybrid: Optional[HybridSettings] = None
+    """A hybrid Mamba + attention model's pool (None: attention only)."""
 
     @model_validator(mode="after")
     def _capacity(self) -> KVCacheSettings:
         if self.num_blocks is None and (self.memory_bytes is None or self.bytes_per_token is None):
             raise ValueError("give num_blocks, or both memory_bytes and bytes_per_token")
+        if self.hybrid is not None:
+            if self.bytes_per_token is None:
+                raise ValueError("a hybrid model needs bytes_per_token (attention KV per token, all attention layers)")
+            try:
+                geometry = self.geometry
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+            interval = self.hybrid.retention_interval
+            if interval and interval % geometry.block_size:  # type: ignore[union-attr]
+                raise ValueError(f"retention_interval {interval} must be a multiple of the aligned block size "
+                                 f"{geometry.block_size}")  # type: ignore[union-attr]
         return self
 
     @property
+    def geometry(self) -> Optional[HybridGeometry]:
+        """A hybrid model's block pool layout (None without `hybrid`)."""
+        h = self.hybrid
+        if h is None:
+            return None
+        return hybrid_geometry(h.attention_layers, h.mamba_layers, self.bytes_per_token,  # type: ignore[arg-type]
+                               h.mamba_state_bytes, h.kernel_block_size, self.block_size)
+
+    @property
+    def kv_block_size(self) -> int:
+        """Tokens per KV block as the server runs it (`block_size`, raised for a hybrid model)."""
+        geometry = self.geometry
+        return self.block_size if geometry is None else geometry.block_size
+
+    @property
     def capacity_blocks(self) -> int:
-        """Number of KV blocks, given directly or derived from memory and bytes per token."""
+        """Number of KV blocks, given directly or derived from memory and bytes per token (a hybrid
+        model's blocks hold a page of each layer of a group, Mamba states included)."""
         if self.num_blocks is not None:
             return self.num_blocks
+        geometry = self.geometry
+        if geometry is not None:
+            return int(self.memory_bytes // geometry.block_bytes)  # type: ignore[operator]
         return int(self.memory_bytes // (self.bytes_per_token * self.block_size))  # type: ignore[operator]
 
 
@@ -138,6 +203,22 @@ class StepTimeCoefficients(_Section):
     """Idle time (s) beyond which the next step pays `idle_wake`; a setting, not fitted."""
 
 
+class CalibrationRecord(_Section):
+    """How well a calibrated profile's step-time coefficients reproduce the measurements they were
+    fitted to (`agentload calibrate` writes it)."""
+
+    rms_relative_error: float = Field(ge=0)
+    """Root mean square of predicted / measured - 1 over the sweep's points."""
+    points: int = Field(ge=1)
+    """Sweep points fitted."""
+    worst_relative_error: float = Field(0.0, ge=0)
+    """The largest |predicted / measured - 1| of a point."""
+    terms: dict[str, float] = {}
+    """Each fitted term's relative standard error (0: fitted at its bound of 0)."""
+    note: str = ""
+    """Anything else known about its accuracy (held-out checks, the host's drift)."""
+
+
 class ServerProfile(_Section):
     """Everything the twin needs to behave like one server configuration."""
 
@@ -147,6 +228,8 @@ class ServerProfile(_Section):
     """False until the step-time coefficients have been fitted against the real server."""
     source: str = ""
     """Where the coefficients come from (calibration run, published figures)."""
+    calibration: Optional[CalibrationRecord] = None
+    """The fit's error, when calibrated."""
     scheduler: SchedulerSettings = SchedulerSettings()
     kv_cache: KVCacheSettings
     spec_decode: SpecDecodeSettings = SpecDecodeSettings()
@@ -155,14 +238,39 @@ class ServerProfile(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> ServerProfile:
         s, kv = self.scheduler, self.kv_cache
-        if s.max_model_len > kv.capacity_blocks * kv.block_size:
+        blocks = kv.capacity_blocks - self.state_blocks
+        if s.max_model_len > blocks * kv.kv_block_size:
             raise ValueError(
                 f"max_model_len {s.max_model_len} exceeds the KV cache "
-                f"({kv.capacity_blocks} blocks of {kv.block_size} tokens)"
+                f"({blocks} blocks of {kv.kv_block_size} tokens"
+                + (f" beside one sequence's {self.state_blocks} Mamba state blocks)" if self.state_blocks else ")")
             )
         if not s.chunked_prefill and s.max_num_batched_tokens < s.max_model_len:
             raise ValueError("without chunked_prefill, max_num_batched_tokens must be >= max_model_len")
+        if kv.hybrid is not None and kv.enable_prefix_caching and not s.chunked_prefill:
+            raise ValueError("a hybrid model with prefix caching needs chunked_prefill (vLLM's Mamba align mode)")
         return self
+
+    @property
+    def spec_state_blocks(self) -> int:
+        """Draft-token Mamba state copies per Mamba group a running sequence keeps (0 without a hybrid
+        model or speculative decoding)."""
+        h = self.kv_cache.hybrid
+        return self.spec_decode.num_tokens if h is not None and h.speculative_state else 0
+
+    @property
+    def state_blocks(self) -> int:
+        """Pool blocks one running sequence's Mamba state takes (0 without a hybrid model)."""
+        geometry = self.kv_cache.geometry
+        return 0 if geometry is None else geometry.mamba_groups * (1 + self.spec_state_blocks)
+
+    @property
+    def eagle_block_drop(self) -> bool:
+        """Whether prefix hits give back a block for an MTP/EAGLE drafter (hybrid models only)."""
+        h = self.kv_cache.hybrid
+        if h is None:
+            return False
+        return h.eagle_block_drop if h.eagle_block_drop is not None else self.spec_decode.num_tokens > 0
 
 
 def preset_names() -> list[str]:

@@ -14,9 +14,11 @@ from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.results import ResultWriter, Window
 from ..metrics.slo import Slo
 from ..metrics.summary import SimulationStats, Summary
+from ..metrics.tally import RunTally
 from ..workload import Workload
 from .driver import SimDriver, SimResult
 from .profile import ServerProfile
+from .uncertainty import uncertainty
 
 
 def simulate_to_folder(
@@ -41,13 +43,14 @@ def simulate_to_folder(
     `drain` are the run settings (`task_run.driver_settings`), honoured as a live run honours them."""
     planned = planned_counts(workload)
     started = time.perf_counter()
-    with ResultWriter(folder, window) as writer:
+    tally = RunTally(window, slo)
+    with ResultWriter(folder, window, sinks=(tally,)) as writer:
         writer.write_run_info(run_info({
             **(info or {}),
             "simulated": True,
             "profile": profile.name,
             "profile_settings": profile.model_dump(mode="json"),
-        }, window, planned))
+        }, window, planned, workload=workload))
         driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode,
                            duration=duration, max_in_flight=max_in_flight, drain=drain)
         outcome = driver.run()
@@ -55,13 +58,16 @@ def simulate_to_folder(
         itl = writer.itl if keep_gaps else None
     simulation = _simulation_stats(profile, driver, outcome, wall=time.perf_counter() - started)
     summary = write_summary(folder, window=window, slo=slo, planned=planned, itl=itl,
-                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda calls, tasks: {"simulation": simulation})
+                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda: {"simulation": simulation},
+                            tally=tally)
     return summary, outcome
 
 
 def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimResult, wall: float) -> SimulationStats:
-    """The summary's ``simulation`` section: what the twin did, and the wall time it took."""
+    """The summary's ``simulation`` section: what the twin did, the wall time it took, and how far the
+    profile behind it is known to be right (`simulator.sim.uncertainty`)."""
     stats = outcome.twin
+    known = uncertainty(profile)
     return SimulationStats(
         profile=profile.name,
         calibrated=profile.calibrated,
@@ -74,4 +80,8 @@ def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimRes
         kv_evicted_blocks=driver.twin.kv.evictions,
         max_running=stats.max_running,
         busy_fraction=stats.busy_time / outcome.end if outcome.end > 0 else 0.0,
+        calibration_rms_error=known.rms_error,
+        calibration_points=known.points,
+        uncalibrated=list(known.uncalibrated),
+        uncertainty=known.statement(),
     )

@@ -124,7 +124,15 @@ steps it is or None, start, end)."""
 
 
 class Twin:
-    """The engine of one server. `submit` a request, wait on the event it returns for its `Completion`."""
+    """The engine of one server. `submit` a request, wait on the event it returns for its `Completion`.
+
+    A hybrid model's profile (``kv_cache.hybrid``) makes a `simulator.sim.hybrid_twin.HybridTwin`."""
+
+    def __new__(cls, env: simpy.Environment, profile: ServerProfile, **_kwargs: Any) -> Twin:
+        if cls is Twin and profile.kv_cache.hybrid is not None:
+            from .hybrid_twin import HybridTwin
+            cls = HybridTwin
+        return super().__new__(cls)
 
     def __init__(self, env: simpy.Environment, profile: ServerProfile, *, keep_gaps: bool = False,
                  fast_decode: bool = True) -> None:
@@ -137,8 +145,8 @@ class Twin:
         self.budget = s.max_num_batched_tokens
         self.chunked = s.chunked_prefill
         self.max_model_len = s.max_model_len
-        self.block_size = kv.block_size
-        self.kv = KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
+        self.block_size = kv.kv_block_size
+        self.kv = self._make_cache(profile)
         self.model = StepTimeModel.from_profile(profile)
         self.request_overhead = profile.step_time.request_overhead
         self.frontend_per_request = profile.step_time.frontend_per_request
@@ -150,7 +158,7 @@ class Twin:
         self.waiting: deque[TwinRequest] = deque()
         self.running: list[TwinRequest] = []
         """Running requests outside the group, all newer than its members, in running order."""
-        self.group = DecodeGroup(kv.block_size, keep_gaps)
+        self.group = DecodeGroup(self.block_size, keep_gaps)
         """Decoding requests advanced together (fast path only); the oldest part of the running set."""
         self.stats = TwinStats()
         self.clock = env.now
@@ -165,6 +173,16 @@ class Twin:
         """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
         self._wake: Optional[simpy.Event] = None
         env.process(self._start())
+
+    def _make_cache(self, profile: ServerProfile) -> KVCache:
+        kv = profile.kv_cache
+        return KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
+
+    _holding_class: type = Holding
+    """What a request's blocks are recorded in (`simulator.sim.kv_cache.Holding` or a subclass)."""
+
+    _limits_chunks = False
+    """Whether `_chunk_limit` may shorten a run of decode steps."""
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -195,7 +213,7 @@ class Twin:
         if input_tokens + target > self.max_model_len:
             raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
         event = simpy.Event(self.env)
-        hold = Holding(hash_ids, trace_block, input_tokens)
+        hold = self._holding_class(hash_ids, trace_block, input_tokens)
         req = TwinRequest(input_tokens, target, hold, self.env.now, event, tag, [] if self.keep_gaps else None, raw)
         delay = self.request_overhead
         busy = self.frontend_per_request + self.frontend_per_prompt_token * input_tokens
@@ -357,7 +375,7 @@ class Twin:
             if k >= len(running) or running[k] is not req:
                 break
             hold = req.hold
-            if kv.prefix_caching and not hold.sealed and hold.keyed_tb < len(hold.ids):
+            if kv.prefix_caching and hold.keyed_tb < len(hold.ids):
                 break  # its next growth may still add keyed blocks to the tree: keep its place in line
             group.join(req)
             k += 1
@@ -407,7 +425,7 @@ class Twin:
 
     def _preempt(self, req: TwinRequest) -> None:
         """Free a running request's blocks and put it back at the front of the waiting queue."""
-        self.kv.release(req.hold)
+        self.kv.release(req.hold, req.computed)
         req.computed = 0
         req.decoding = False
         req.preemptions += 1
@@ -503,6 +521,8 @@ class Twin:
         limit = self._steps_to_emit(step + 1, remaining - emit) if k else remaining - emit
         if limit > MAX_CHUNK_STEPS - 1:
             limit = MAX_CHUNK_STEPS - 1
+        if self._limits_chunks:
+            limit = self._chunk_limit(step, emit, limit)
         emits = map(self.emitted, range(step + 1, step + 1 + limit)) if k else repeat(1, limit)
         gaps: Optional[list[float]] = [] if self.keep_gaps else None
         inner_max = 0.0
@@ -527,6 +547,11 @@ class Twin:
             return None
         group.horizon = reach
         return _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted)
+
+    def _chunk_limit(self, step: int, first_emit: int, limit: int) -> int:
+        """Steps after the first a run of decode steps from engine step `step` may take (hybrid
+        models stop before a boundary crossing)."""
+        return limit
 
     def _steps_to_emit(self, step: int, tokens: int) -> int:
         """The fewest steps from engine step `step` in which each decoding sequence emits `tokens`
@@ -561,7 +586,7 @@ class Twin:
             self.running = [r for r in self.running if id(r) not in finished]
         stats = self.stats
         for req in done:
-            self.kv.release(req.hold)
+            self.kv.release(req.hold, req.computed)
             stats.finished += 1
             stats.output_tokens += req.generated
             event = req.event

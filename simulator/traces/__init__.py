@@ -44,8 +44,11 @@ def formats() -> list[str]:
 
 def detect(path: Path) -> ModuleType:
     """The importer whose `sniff` accepts this file."""
-    with open(path, "rb") as fh:
-        head = fh.read(HEAD_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
     if not head.strip():
         raise InputError("empty file", file=str(path))
     for module in importers().values():
@@ -57,13 +60,16 @@ def detect(path: Path) -> ModuleType:
 
 
 def _files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise InputError("no such file or folder", file=str(path))
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not _is_side_file(p))
-        if not files:
-            raise InputError("folder holds no trace files", file=str(path))
-        return files
+    try:
+        if not path.exists():
+            raise InputError("no such file or folder", file=str(path))
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not _is_side_file(p))
+            if not files:
+                raise InputError("folder holds no trace files", file=str(path))
+            return files
+    except OSError as exc:  # a name too long, a folder that cannot be listed, ...
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
     return [path]
 
 
@@ -102,8 +108,11 @@ def load(
                 skipped.append(f"skipped {file}: {exc.message}")
                 continue
             policy = ErrorPolicy(on_error)
-            with gc_paused():
-                part = module.read(file, policy)
+            try:
+                with gc_paused():
+                    part = module.read(file, policy)
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", file=str(file)) from None
             if policy.total_skipped:
                 part = _with_notes(part, policy.notes())
             by_format.setdefault(module.FORMAT, []).append(part)

@@ -8,13 +8,13 @@ seconds since the first row. Rows must be in time order: a row earlier than the 
 
 from __future__ import annotations
 
-import csv
 from datetime import date, datetime, timezone
 from pathlib import Path
 
 from ..errors import ErrorPolicy, InputError
+from ..workload import MAX_SECONDS, Call, Provenance, Task, Workload
 from .csvfields import check_width, tokens
-from ..workload import Call, Provenance, Task, Workload
+from .text import TextFile, first_line
 
 FORMAT = "azure"
 TIME, INPUT, OUTPUT = "TIMESTAMP", "ContextTokens", "GeneratedTokens"
@@ -23,8 +23,7 @@ COLUMNS = (TIME, INPUT, OUTPUT)
 
 def sniff(path: Path, head: bytes) -> bool:
     """True when the CSV header names the three Azure columns."""
-    first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
-    names = {c.strip() for c in first.split(",")}
+    names = {c.strip() for c in first_line(head).split(",")}
     return all(c in names for c in COLUMNS)
 
 
@@ -67,9 +66,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     name = str(path)
     clock = _Clock()
     tasks: list[Task] = []
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
+    text = TextFile(path)
+    with text:
+        rows = text.csv_rows(name)
+        header = next(rows, (1, None))[1]
         if not header:
             raise InputError("empty file: no CSV header", file=name, line=1)
         where = {c.strip(): i for i, c in enumerate(header)}
@@ -80,15 +80,14 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         width = max(i_time, i_in, i_out) + 1
         origin: tuple[int, float] | None = None
         last = -1.0
-        for row_number, row in enumerate(reader):
-            line = reader.line_num
+        for row_number, (line, row) in enumerate(rows):
             if not row:
                 continue
             try:
                 check_width(row, width, header, name, line)
                 try:
                     stamp = clock.parse(row[i_time])
-                except ValueError:
+                except (ValueError, OverflowError):
                     raise InputError("not a timestamp", file=name, line=line, field=TIME) from None
                 n_in = tokens(row[i_in], name, line, INPUT)
                 n_out = tokens(row[i_out], name, line, OUTPUT)
@@ -101,6 +100,9 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                         "goes backwards: earlier than the row before it",
                         file=name, line=line, field=TIME,
                     )
+                if arrival > MAX_SECONDS:
+                    raise InputError(f"more than {MAX_SECONDS:g} s after the first row", file=name, line=line,
+                                     field=TIME)
             except InputError as exc:
                 policy.bad(exc)
                 continue
@@ -109,4 +111,6 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     if not tasks:
         raise InputError("no requests found", file=name)
     notes = ("single requests: one call per task, no sessions or prefix hashes in this trace",)
+    if text.note():
+        notes += (text.note(),)
     return Workload(tuple(tasks), (Provenance(name, FORMAT, {"on_error": policy.on_error}, notes),))

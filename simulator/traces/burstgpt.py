@@ -17,14 +17,14 @@ counted in the provenance notes.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Optional
 
 from ..errors import ErrorPolicy, InputError
+from ..workload import DEFAULT_CLASS, MAX_SECONDS, Call, Provenance, Task, Workload
 from .csvfields import check_width, tokens
-from ..workload import DEFAULT_CLASS, Call, Provenance, Task, Workload
+from .text import TextFile, first_line
 
 FORMAT = "burstgpt"
 REQUIRED = ("timestamp", "requesttokens", "responsetokens")
@@ -36,8 +36,7 @@ def _norm(column: str) -> str:
 
 def sniff(path: Path, head: bytes) -> bool:
     """True when the CSV header names BurstGPT's timestamp and token columns."""
-    first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
-    names = {_norm(c) for c in first.split(",")}
+    names = {_norm(c) for c in first_line(head).split(",")}
     return all(c in names for c in REQUIRED)
 
 
@@ -54,9 +53,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     singles: list[Task] = []
     sessions: dict[str, list[tuple[float, int, int, Optional[str], str]]] = {}
     failed = 0
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
+    text = TextFile(path)
+    with text:
+        rows = text.csv_rows(name)
+        header = next(rows, (1, None))[1]
         if not header:
             raise InputError("empty file: no CSV header", file=name, line=1)
         where = {_norm(c): i for i, c in enumerate(header)}
@@ -70,8 +70,7 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         width = max(i_time, i_in, i_out) + 1
         origin: Optional[float] = None
         last = -math.inf
-        for row_number, row in enumerate(reader):
-            line = reader.line_num
+        for row_number, (line, row) in enumerate(rows):
             if not row:
                 continue
             try:
@@ -82,6 +81,9 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 if ts < last:
                     raise InputError("goes backwards: earlier than the row before it",
                                      file=name, line=line, field=label["timestamp"])
+                if origin is not None and ts - origin > MAX_SECONDS:
+                    raise InputError(f"more than {MAX_SECONDS:g} s after the first row", file=name, line=line,
+                                     field=label["timestamp"])
             except InputError as exc:
                 policy.bad(exc)
                 continue
@@ -114,6 +116,8 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                      "between sends, so they include the previous call's service time")
     if failed:
         notes.append(f"left out {failed} failed requests (Response tokens 0)")
+    if text.note():
+        notes.append(text.note())
     return Workload(tuple(tasks), (Provenance(name, FORMAT, {"on_error": policy.on_error}, tuple(notes)),))
 
 
@@ -131,6 +135,7 @@ def _number(text: str, name: str, line: int, field: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value):
-        raise InputError("expected a number of seconds", file=name, line=line, field=field)
+    if not abs(value) <= MAX_SECONDS:
+        raise InputError(f"expected a number of seconds (at most {MAX_SECONDS:g} either way)", file=name, line=line,
+                         field=field)
     return value

@@ -44,20 +44,24 @@ policy the request is left out and counted.
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Optional
 
+import orjson
+
 from ..errors import ErrorPolicy, InputError
-from ..workload import Call, Provenance, SubTask, Task, Workload
+from ..hash_ids import BadHashId, HashIds, checked, common_prefix
+from ..workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
 from .prefix import LOCAL_ID_LIMIT, namespace
 
 FORMAT = "claude-code"
 TASK_CLASS = "claude-code"
 DEFAULT_BLOCK_SIZE = 64
 SUBAGENT_CLASS = "subagent"
+MAX_DEPTH = 32
+"""Deepest nesting of sub-agents read (a sub-agent of a sub-agent ... ); deeper is bad input."""
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -86,7 +90,7 @@ class _IdMap(dict):
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    return type(value) in (int, float) and math.isfinite(value) and abs(value) <= MAX_SECONDS * 1000
 
 
 class _Reader:
@@ -97,16 +101,20 @@ class _Reader:
         self.policy = policy
         self.block_size = block_size
         self.ids = ids
-        self.last: tuple[list, tuple[int, ...]] = ([], ())
+        self.last: tuple[list, HashIds] = ([], HashIds.run(0, 0))
+        self.depth = 0
 
-    def translate(self, raw: list) -> tuple[int, ...]:
-        """Namespaced ids of `raw`; a prompt that extends the previous one reuses its translation."""
+    def translate(self, raw: list) -> HashIds:
+        """Namespaced ids of `raw`, sharing the previous prompt's ids as far as `raw` repeats them."""
         last_raw, last = self.last
-        n = len(last_raw)
-        if n and len(raw) >= n and raw[n - 1] == last_raw[n - 1] and raw[:n] == last_raw:
-            ids = last + tuple(map(self.ids.__getitem__, raw[n:]))
-        else:
-            ids = tuple(map(self.ids.__getitem__, raw))
+        shared = common_prefix(raw, last_raw) if last_raw else 0
+        new = raw[shared:]
+        try:
+            checked(new)  # ints, not bools or floats (a float equal to a known id would pass the map)
+        except BadHashId as exc:
+            bad = raw[shared + (exc.index or 0)]
+            raise ValueError(f"must be integers in [0, 2**32), item {shared + (exc.index or 0)} is {bad!r:.40}") from None
+        ids = last.extend(shared, list(map(self.ids.__getitem__, new)))
         self.last = (raw, ids)
         return ids
 
@@ -115,8 +123,8 @@ class _Reader:
 
     def tokens(self, req: dict, key: str, where: str) -> int:
         value = req.get(key)
-        if type(value) is not int or value < 0:
-            what = "missing" if value is None else "must be a non-negative integer"
+        if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+            what = "missing" if value is None else f"must be an integer from 0 to {MAX_TOKENS:,}"
             raise self.error(what, f"{where}.{key}", key)
         return value
 
@@ -127,13 +135,15 @@ class _Reader:
                 raise self.error("missing", f"{where}.{key}", key)
             return None
         if not _is_number(value) or value < 0:
-            raise self.error("must be a non-negative number", f"{where}.{key}", key)
+            raise self.error("must be a finite non-negative number", f"{where}.{key}", key)
         return float(value)
 
     def task(self, task_id: str, task_class: str, requests: Any, where: str) -> Task:
         """The task made of `requests` (the list at JSON path `where`)."""
         if not isinstance(requests, list):
             raise self.error("must be a list of requests", where, "requests")
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"sub-agents nested more than {MAX_DEPTH} deep", where, "requests")
         calls: list[Call] = []
         sent: list[float] = []
         subtasks: list[SubTask] = []
@@ -200,12 +210,16 @@ class _Reader:
         if not isinstance(agent_id, str) or not agent_id:
             raise self.error("missing or not a string", f"{at}.agent_id", "agent_id")
         kind = req.get("subagent_type")
-        task = self.task(
-            f"{parent_id}/{agent_id}",
-            kind if isinstance(kind, str) and kind else SUBAGENT_CLASS,
-            req.get("requests"),
-            f"{at}.requests",
-        )
+        self.depth += 1
+        try:
+            task = self.task(
+                f"{parent_id}/{agent_id}",
+                kind if isinstance(kind, str) and kind else SUBAGENT_CLASS,
+                req.get("requests"),
+                f"{at}.requests",
+            )
+        finally:
+            self.depth -= 1
         if not task.calls:
             raise self.error("sub-agent has no usable requests", f"{at}.requests", "requests")
         duration_ms = self.seconds(req, "duration_ms", at)
@@ -225,11 +239,9 @@ def _parse(path: Path) -> Any:
     if not raw.strip():
         raise InputError("empty file", file=str(path))
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
+        return orjson.loads(raw)  # refuses nesting deeper than 1024 (stdlib json would recurse until it fails)
+    except orjson.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=str(path), line=exc.lineno) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", file=str(path)) from None
 
 
 def read(path: Path, policy: ErrorPolicy) -> Workload:
@@ -243,11 +255,14 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     if not isinstance(file_id, str) or not file_id:
         raise InputError("must be a non-empty string", file=name, path="$.id", field="id")
     block_size = doc.get("block_size", DEFAULT_BLOCK_SIZE)
-    if type(block_size) is not int or block_size <= 0:
+    if type(block_size) is not int or not 0 < block_size <= MAX_TOKENS:
         raise InputError(
             f"must be a positive integer, got {block_size!r}", file=name, path="$.block_size", field="block_size"
         )
     scope = doc.get("hash_id_scope", "local")
+    if not isinstance(scope, str):
+        raise InputError(f"must be a string ('local' or 'global'), got {scope!r:.40}", file=name,
+                         path="$.hash_id_scope", field="hash_id_scope")
     ids = _IdMap(namespace(file_id) if scope == "local" else 0)
     reader = _Reader(name, policy, block_size, ids)
     task = reader.task(file_id, TASK_CLASS, doc.get("requests"), "$.requests")

@@ -34,6 +34,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
 
+from ..hash_ids import HashIds
+
 DEFAULT_BLOCK_SIZE = 16
 """Tokens per block of content-derived ids: vLLM's default KV block size (and the emulator's)."""
 MESSAGE_OVERHEAD = 4
@@ -43,7 +45,7 @@ BYTES_PER_TOKEN = 4
 MIN_CALIBRATION_CALLS = 3
 """Calls (with distinct sizes) needed before the estimate is fitted to a source."""
 
-_ID_MASK = (1 << 63) - 1
+_BASE_MASK = (1 << 62) - 1
 _SKIP_KEYS = frozenset({"role", "type"})
 
 
@@ -54,12 +56,38 @@ def _digest(*parts: bytes) -> bytes:
     return h.digest()
 
 
+def _base(layout: bytes, marker: bytes) -> int:
+    return int.from_bytes(_digest(layout, marker)[:8], "little") & _BASE_MASK
+
+
 def message_key(message: Any) -> bytes:
     """Canonical bytes of one message: equal for equal messages, whatever the order of their keys."""
     try:
         return orjson.dumps(message, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    except (TypeError, orjson.JSONEncodeError):
-        return repr(message).encode("utf-8", "replace")
+    except (TypeError, orjson.JSONEncodeError):  # nested too deep for orjson, or not JSON values
+        return _canonical(message)
+
+
+def _canonical(value: Any) -> bytes:
+    """Canonical bytes of any nesting of dicts, lists and scalars, without recursion (any depth)."""
+    out = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):  # a marker pushed below
+            out.append(item)
+        elif isinstance(item, Mapping):
+            stack.append(b"}")
+            for key in sorted(item, key=str, reverse=True):
+                stack.extend((item[key], repr(str(key)).encode("utf-8", "replace") + b":"))
+            out.append(b"{")
+        elif isinstance(item, (list, tuple)):
+            stack.append(b"]")
+            stack.extend(reversed(item))
+            out.append(b"[")
+        else:
+            out.append(repr(item).encode("utf-8", "replace") + b",")
+    return b"".join(out)
 
 
 def message_role(message: Any) -> str:
@@ -76,16 +104,22 @@ def message_role(message: Any) -> str:
 
 
 def text_bytes(value: Any) -> int:
-    """UTF-8 bytes of the text a message holds: every string and number in it, roles and part types aside."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8", "replace"))
-    if isinstance(value, Mapping):
-        return sum(text_bytes(v) for k, v in value.items() if k not in _SKIP_KEYS and not k.endswith(".role"))
-    if isinstance(value, (list, tuple)):
-        return sum(text_bytes(v) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return len(str(value))
-    return 0
+    """UTF-8 bytes of the text a message holds: every string and number in it, roles and part types aside
+    (walked without recursion, so any nesting is fine)."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.encode("utf-8", "replace"))
+        elif isinstance(item, Mapping):
+            stack.extend(v for k, v in item.items()
+                         if not (isinstance(k, str) and (k in _SKIP_KEYS or k.endswith(".role"))))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            total += len(repr(item))
+    return total
 
 
 class Estimate:
@@ -167,7 +201,7 @@ class ContentHasher:
             out.append((b"b" + message_key(message), est.per_byte * text_bytes(message)))
         return out
 
-    def hash_ids(self, messages: Sequence[Any], input_tokens: int) -> tuple[int, ...]:
+    def hash_ids(self, messages: Sequence[Any], input_tokens: int) -> HashIds | tuple[()]:
         """Block hash ids of a prompt of `input_tokens` tokens made of `messages` (in order); ``()`` when
         there are no messages."""
         if not messages or input_tokens <= 0:
@@ -200,20 +234,24 @@ class ContentHasher:
         self.calls += 1
         return self._block_ids(chain, input_tokens)
 
-    def _block_ids(self, chain: list[tuple[int, bytes]], input_tokens: int) -> tuple[int, ...]:
-        """One id per full block: a hash of the layout of the segment the block ends in, and the block's end."""
+    def _block_ids(self, chain: list[tuple[int, bytes]], input_tokens: int) -> HashIds:
+        """One id per full block: the block's index plus a base hashed from the layout of the segment the block
+        ends in (with a marker for blocks past the last segment: a repeated prompt's tail). The blocks ending
+        in one segment so get consecutive ids, stored as one run (`simulator.hash_ids`): a call costs a few
+        bytes per message, however many tokens it claims. Bases are 62-bit, so two layouts' runs meet by
+        chance only with odds of about blocks / 2**62."""
         size = self.block_size
-        out = []
-        index = 0
-        last = len(chain) - 1
-        for end in range(size, input_tokens + 1, size):
-            while index < last and chain[index][0] < end:
-                index += 1
-            segment_end, layout = chain[index]
-            marker = b"" if end <= segment_end else b"tail"  # tokens after the last message (a repeated prompt)
-            digest = _digest(layout, marker, end.to_bytes(8, "little"))
-            out.append(int.from_bytes(digest[:8], "little") & _ID_MASK)
-        return tuple(out)
+        runs = []
+        block = 1  # index of the next block (its end is block * size)
+        last_block = input_tokens // size
+        for segment_end, layout in chain:
+            upto = min(segment_end // size, last_block)
+            if upto >= block:
+                runs.append((_base(layout, b"") + block, upto - block + 1))
+                block = upto + 1
+        if block <= last_block:
+            runs.append((_base(chain[-1][1], b"tail") + block, last_block - block + 1))
+        return HashIds.from_runs(runs)
 
     def notes(self, what: str = "calls") -> list[str]:
         """What a user should know about the ids made, for a workload's provenance."""

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 from ..errors import InputError
+from ..workload import MAX_TOKENS
 
 
 def tokens(text: str, name: str, line: int, field: str) -> int:
-    """A non-negative whole token count (pandas-written files may say "18.0")."""
+    """A non-negative whole token count up to `MAX_TOKENS` (pandas-written files may say "18.0")."""
     try:
         value = int(text)
     except ValueError:
@@ -22,6 +23,9 @@ def tokens(text: str, name: str, line: int, field: str) -> int:
         value = int(as_float)
     if value < 0:
         raise InputError("negative token count", file=name, line=line, field=field)
+    if value > MAX_TOKENS:
+        raise InputError(f"{value} tokens is more than the {MAX_TOKENS:,} a call may have", file=name, line=line,
+                         field=field)
     return value
 
 

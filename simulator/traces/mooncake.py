@@ -24,13 +24,13 @@ the send time from the task's first request; ``arrival`` is the task's first sen
 from __future__ import annotations
 
 import math
-from array import array as _array
 from pathlib import Path
 
 import orjson
 
 from ..errors import ErrorPolicy, InputError
-from ..workload import Call, Provenance, Task, Workload
+from ..hash_ids import BadHashId, HashIds, checked, common_prefix
+from ..workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, Task, Workload
 
 FORMAT = "mooncake"
 BLOCK_SIZE = 512
@@ -68,13 +68,16 @@ def _parse(obj: object, name: str, number: int) -> tuple[float, int, int, tuple[
             raise InputError("expected a whole number of tokens", file=name, line=number, field=key)
         if value < 0:
             raise InputError("negative token count", file=name, line=number, field=key)
+        if value > MAX_TOKENS:
+            raise InputError(f"more than the {MAX_TOKENS:,} tokens a call may have", file=name, line=number, field=key)
     hashes = obj["hash_ids"]
+    if type(hashes) is not list:
+        raise InputError("expected a list of integer block ids", file=name, line=number, field="hash_ids")
     try:
-        if type(hashes) is not list:
-            raise TypeError
-        _array("q", hashes)  # C-speed check that every id is an integer
-    except (TypeError, OverflowError):
-        raise InputError("expected a list of integer block ids", file=name, line=number, field="hash_ids") from None
+        checked(hashes)
+    except BadHashId as exc:
+        raise InputError(f"expected a list of integer block ids: {exc}", file=name, line=number,
+                         field="hash_ids") from None
     return ts, obj["input_length"], obj["output_length"], tuple(hashes)
 
 
@@ -139,23 +142,27 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 obj = loads(raw)
                 # fast path for well-formed lines; anything odd goes through _parse for a precise error
                 ts, n_in, n_out, hashes = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
-                if not (type(n_in) is int and n_in >= 0 and type(n_out) is int and n_out >= 0
+                if not (type(n_in) is int and 0 <= n_in <= MAX_TOKENS and type(n_out) is int and 0 <= n_out <= MAX_TOKENS
                         and type(ts) in _NUMBER and type(hashes) is list):
                     raise TypeError
-                _array("q", hashes)
+                checked(hashes)
                 hashes = tuple(hashes)
-            except (KeyError, TypeError, OverflowError):
+            except orjson.JSONDecodeError:
+                if raw.strip():
+                    policy.bad(InputError("not JSON (truncated or malformed line)", file=name, line=number))
+                continue
+            except (KeyError, TypeError, ValueError):
                 try:
                     ts, n_in, n_out, hashes = _parse(obj, name, number)
                 except InputError as exc:
                     policy.bad(exc)
                     continue
-            except ValueError:
-                if raw.strip():
-                    policy.bad(InputError("not JSON (truncated or malformed line)", file=name, line=number))
-                continue
             if ts < last_ts:
                 policy.bad(InputError("goes backwards: earlier than the line before it", file=name, line=number,
+                                      field="timestamp"))
+                continue
+            if records and ts - records[0][0] > MAX_SECONDS * 1000:
+                policy.bad(InputError(f"more than {MAX_SECONDS:g} s after the first line", file=name, line=number,
                                       field="timestamp"))
                 continue
             last_ts = ts
@@ -183,10 +190,15 @@ def _tasks(groups: list[list[int]], records: list[tuple[float, int, int, tuple[i
     for number, members in enumerate(groups):
         first = previous = records[members[0]][0]
         calls = []
+        ids: HashIds = HashIds.run(0, 0)
         for r in members:
             ts, n_in, n_out, hashes = records[r]
+            # a turn repeats the previous turn's blocks: its ids share the previous call's (simulator.hash_ids)
+            shared = common_prefix(ids, hashes)
+            ids = ids.extend(shared, hashes[shared:])
             # positional arguments: input, output, gap, hash_ids, block_size, server_time, sent_at
-            calls.append(Call(n_in, n_out, (ts - previous) / 1000.0, hashes, BLOCK_SIZE, None, (ts - first) / 1000.0))
+            calls.append(Call(n_in, n_out, (ts - previous) / 1000.0, ids if ids else (), BLOCK_SIZE, None,
+                              (ts - first) / 1000.0))
             previous = ts
         tasks.append(Task(f"mooncake-{number:06d}", tuple(calls), (first - t0) / 1000.0))
     return tasks

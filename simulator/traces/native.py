@@ -5,7 +5,8 @@ fields are named in `simulator.workload`, with default values left out, and one 
 a call after the first of a (sub-)task may carry ``"hash_keep": K``, meaning that its hash ids
 start with the previous call's first K ids and ``hash_ids`` lists only the ids after those (agent
 prompts grow turn by turn, so writing whole chains would repeat thousands of ids per call). The
-reader expands it back to whole tuples, so `read(write(w)) == w`. The JSON Schema of a task line
+reader gives such a call a `HashIds` view sharing the previous call's ids (`simulator.hash_ids`): a
+task's ids are held once, whatever its number of calls, and `read(write(w)) == w`. The JSON Schema of a task line
 is the schema classes' own plus that field (`task_json_schema`), documented in docs/trace-format.md.
 
 Calls that carry ``messages`` but no ``hash_ids`` (a hand-made or exported file with content) get hash
@@ -24,7 +25,8 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import ErrorPolicy, InputError
-from ..workload import Call, Provenance, SubTask, Task, Workload
+from ..hash_ids import BadHashId, common_prefix, json_default, share_calls
+from ..workload import MAX_DEPTH, Call, Provenance, SubTask, Task, Workload
 from .content import ContentHasher
 
 FORMAT = "native"
@@ -116,55 +118,86 @@ def _describe(error: ValidationError) -> tuple[str, str, str]:
 
 
 class _WireError(Exception):
-    """A problem with `hash_keep`, found before validation: (JSON path, field, message)."""
+    """A problem with `hash_keep` or `hash_ids`, found before validation: (JSON path, field, message)."""
 
 
-_UNUSABLE = object()  # the previous call's ids are not a list: validation reports that call
-
-
-def _expand(task: Any, path: str) -> None:
-    """Replace every `hash_keep` of a decoded task line (and its sub-tasks) by the ids it stands for."""
-    if not isinstance(task, dict):
+def _share(task: Any, path: str) -> None:
+    """Turn every call's `hash_ids` list of a decoded task line (and its sub-tasks) into a `HashIds` view,
+    a `hash_keep` call's sharing the previous call's chain: a task's ids are stored once, not once a call.
+    A line with a call that is not an object, or ids that are not a list, is left to validation to report.
+    (Runs once per call of a million-call file: the loop does as little as it can.)"""
+    if type(task) is not dict:
         return
     calls = task.get("calls")
-    if isinstance(calls, list):
-        prev: Any = None
+    if type(calls) is list and calls:
+        keeps: list[int] = []
+        lists: list[list] = []
         prev_bs: Any = 0
         for i, call in enumerate(calls):
-            if not isinstance(call, dict):
-                prev = _UNUSABLE
-                continue
-            ids = call.get("hash_ids", [])
+            if type(call) is not dict:
+                break
+            ids = call.get("hash_ids", _NO_IDS)
+            if type(ids) is not list:
+                break
             bs = call.get("block_size", 0)
-            if KEEP_KEY in call:
-                keep = call.pop(KEEP_KEY)
-                at = f"{path}.calls[{i}].{KEEP_KEY}"
-                if type(keep) is not int or keep < 0:
-                    raise _WireError(at, KEEP_KEY, f"must be an integer >= 0, not {keep!r}")
-                if prev is None:
-                    raise _WireError(at, KEEP_KEY, "not allowed on a task's first call (there is no previous call)")
-                if prev is not _UNUSABLE and isinstance(ids, list):
-                    if keep > len(prev):
-                        raise _WireError(at, KEEP_KEY, f"keeps {keep} ids but the previous call has only {len(prev)}")
-                    if keep and bs != prev_bs:
-                        raise _WireError(at, KEEP_KEY, f"the previous call's block_size is {prev_bs!r}, this call's {bs!r}")
-                    ids = prev[:keep] + ids
-                    call["hash_ids"] = ids
-            prev = ids if isinstance(ids, list) else _UNUSABLE
+            keep = call.pop(KEEP_KEY, None)
+            if keep is None:
+                keep = 0
+            elif type(keep) is not int or keep < 0 or not i or (keep and bs != prev_bs) or keep > keeps[-1] + len(lists[-1]):
+                _bad_keep(keep, i, bs, prev_bs, keeps, lists, f"{path}.calls[{i}].{KEEP_KEY}")
+            keeps.append(keep)
+            lists.append(ids)
             prev_bs = bs
+        else:
+            try:
+                views = share_calls(keeps, lists)
+            except BadHashId as exc:
+                call_index, position = exc.index if isinstance(exc.index, tuple) else (0, None)
+                where = f"{path}.calls[{call_index}].hash_ids" + (f"[{position}]" if position is not None else "")
+                raise _WireError(where, "hash_ids", str(exc)) from None
+            for call, view in zip(calls, views):
+                call["hash_ids"] = view
     subtasks = task.get("subtasks")
-    if isinstance(subtasks, list):
+    if type(subtasks) is list:
         for j, sub in enumerate(subtasks):
-            if isinstance(sub, dict):
-                _expand(sub.get("task"), f"{path}.subtasks[{j}].task")
+            if type(sub) is dict:
+                _share(sub.get("task"), f"{path}.subtasks[{j}].task")
+
+
+_NO_IDS: list = []
+
+
+def _bad_keep(keep: Any, i: int, bs: Any, prev_bs: Any, keeps: list[int], lists: list[list], at: str) -> None:
+    """Raise the `_WireError` of a `hash_keep` that `_share` found wrong."""
+    if type(keep) is not int or keep < 0:
+        raise _WireError(at, KEEP_KEY, f"must be an integer >= 0, not {keep!r:.40}")
+    if not i:
+        raise _WireError(at, KEEP_KEY, "not allowed on a task's first call (there is no previous call)")
+    if keep and bs != prev_bs:
+        raise _WireError(at, KEEP_KEY, f"the previous call's block_size is {prev_bs!r:.40}, this call's {bs!r:.40}")
+    raise _WireError(at, KEEP_KEY, f"keeps {keep} ids but the previous call has only {keeps[-1] + len(lists[-1])}")
+
+
+def _check_structure(task: Task, path: str, depth: int) -> None:
+    """What the schema cannot say: each sub-task starts after a call its parent has, and sub-tasks nest at
+    most `MAX_DEPTH` deep (raises _WireError)."""
+    if depth >= MAX_DEPTH:
+        raise _WireError(f"{path}.subtasks", "subtasks", f"sub-tasks nested more than {MAX_DEPTH} deep")
+    for j, sub in enumerate(task.subtasks):
+        if sub.after_call >= len(task.calls):
+            raise _WireError(f"{path}.subtasks[{j}].after_call", "after_call",
+                             f"the task has {len(task.calls)} calls: no call {sub.after_call} to start after")
+        _check_structure(sub.task, f"{path}.subtasks[{j}].task", depth + 1)
 
 
 def _parse_task(raw: bytes) -> Task:
-    """One task line -> `Task` (raises ValidationError, _WireError or orjson.JSONDecodeError)."""
-    if _KEEP_BYTES not in raw:
+    """One task line -> `Task` (raises ValidationError, _WireError or orjson.JSONDecodeError). Lines with
+    messages go through orjson too, so a number in a message reads the same whichever path (orjson reads
+    an integer beyond 64 bits as a float, pydantic's parser as an int) and a file reads back as written."""
+    if _KEEP_BYTES not in raw and _MESSAGES_BYTES not in raw:
         return _TASK.validate_json(raw)
     data = orjson.loads(raw)
-    _expand(data, "$")
+    _share(data, "$")
     return _TASK.validate_python(data)
 
 
@@ -197,7 +230,9 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 continue
             content = content or _MESSAGES_BYTES in raw
             try:
-                tasks.append(_parse_task(raw))
+                task = _parse_task(raw)
+                _check_structure(task, "$", 0)
+                tasks.append(task)
             except ValidationError as exc:
                 where, field, msg = _describe(exc)
                 policy.bad(InputError(msg, file=name, line=number, path=where, field=field))
@@ -247,25 +282,6 @@ def content_ids(tasks: list[Task]) -> tuple[list[Task], list[str]]:
     for i in ordered:
         out[i] = rebuild(tasks[i])
     return out, hasher.notes("calls with messages and no hash ids")
-
-
-def common_prefix(a: tuple, b: tuple) -> int:
-    """How many leading items `a` and `b` share. Tuple comparisons run in C: the usual case, one prompt
-    extending the other, costs one slice; otherwise a binary search that compares only the window
-    still in doubt (about 2n items copied in all, not n log n)."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _call_record(call: Call, prev: Optional[Call]) -> dict[str, Any]:
@@ -319,9 +335,9 @@ def _subtask_record(sub: SubTask) -> dict[str, Any]:
 def dump_line(record: dict[str, Any]) -> bytes:
     """One line of a native file (with its newline) from a header or task record."""
     try:
-        return orjson.dumps(record, option=DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(record, default=json_default, option=DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits, which orjson refuses
-        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=json_default).encode() + b"\n"
 
 
 def header_line(provenance: Iterable[Provenance]) -> bytes:

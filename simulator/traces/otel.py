@@ -46,7 +46,8 @@ from typing import Any, Iterator, Optional
 import orjson
 
 from ..errors import ErrorPolicy, InputError
-from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
+from ..hash_ids import HashIds, common_prefix
+from ..workload import DEFAULT_CLASS, MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
 from . import otlp_proto
 from .content import ContentHasher
 
@@ -66,6 +67,9 @@ _OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", 
 _MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
 _AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name")
 _NS = 1e9
+_MAX_NANOS = (1 << 64) - 1
+MAX_DEPTH = 64
+"""Deepest nesting of agent spans read (an agent under an agent under ...); deeper is bad input."""
 
 
 def _is_json(head: bytes) -> bool:
@@ -148,6 +152,8 @@ class _Reader:
         end = self.nanos(raw, "endTimeUnixNano", line, path)
         if end < start:
             raise self.error("span ends before it starts", line, f"{path}.endTimeUnixNano", "endTimeUnixNano")
+        if end - start > MAX_SECONDS * _NS:
+            raise self.error(f"span lasts more than {MAX_SECONDS:g} s", line, f"{path}.endTimeUnixNano", "endTimeUnixNano")
         attrs = self.attributes(raw.get("attributes", []), line, path)
         operation = attrs.get(OPERATION)
         if not isinstance(operation, str):
@@ -162,11 +168,11 @@ class _Reader:
 
     def nanos(self, raw: dict, key: str, line: Optional[int], path: str) -> int:
         value = raw.get(key)
-        if type(value) is int and value >= 0:
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+            value = int(value)  # OTLP JSON writes 64-bit integers as strings
+        if type(value) is int and 0 <= value <= _MAX_NANOS:
             return value
-        if isinstance(value, str) and value.isdigit():  # OTLP JSON writes 64-bit integers as strings
-            return int(value)
-        raise self.error("expected unsigned nanoseconds", line, f"{path}.{key}", key)
+        raise self.error("expected unsigned 64-bit nanoseconds", line, f"{path}.{key}", key)
 
     def attributes(self, items: Any, line: Optional[int], path: str) -> dict[str, Any]:
         if not isinstance(items, list):
@@ -260,7 +266,11 @@ class _Builder:
                 elif span.operation in LLM_OPERATIONS:
                     (owner.calls if owner else loose).append(span)
             for root in sorted(roots, key=lambda s: (s.start, s.id)):
-                task = self.agent_task(root, f"otel-{trace[:8]}-{root.id}", root.start)
+                try:
+                    task = self.agent_task(root, f"otel-{trace[:8]}-{root.id}", root.start)
+                except InputError as exc:
+                    self.policy.bad(exc)
+                    continue
                 if task is not None:
                     out.append((root.start, task))
             calls = self.calls(loose)
@@ -328,18 +338,22 @@ class _Builder:
         for key in keys:
             if key in span.attrs:
                 value = span.attrs[key]
-                if type(value) is not int or value < 0:
+                if type(value) is not int or not 0 <= value <= MAX_TOKENS:
                     line, path = span.where
-                    raise InputError("expected a whole, non-negative token count", file=self.name, line=line,
-                                     path=f"{path}.attributes", field=key)
+                    raise InputError(f"expected a whole token count from 0 to {MAX_TOKENS:,}", file=self.name,
+                                     line=line, path=f"{path}.attributes", field=key)
                 return value
         line, path = span.where
         named = keys[-1] if SPAN_KIND in span.attrs and OPERATION not in span.attrs else keys[0]
         raise InputError("LLM span without a token count", file=self.name, line=line, path=f"{path}.attributes",
                          field=named)
 
-    def agent_task(self, agent: _Span, task_id: str, spawn: int) -> Optional[Task]:
+    def agent_task(self, agent: _Span, task_id: str, spawn: int, depth: int = 0) -> Optional[Task]:
         """The task of one agent span, its nested agents as sub-tasks; None when it holds no LLM call."""
+        if depth > MAX_DEPTH:
+            line, path = agent.where
+            raise InputError(f"agent spans nested more than {MAX_DEPTH} deep", file=self.name, line=line, path=path,
+                             field="parentSpanId")
         calls = self.calls(agent.calls)
         ends = [span.end for span, _ in calls]
         subs: list[tuple[int, bool, _Span, Task]] = []
@@ -350,7 +364,7 @@ class _Builder:
             else:
                 wait = agent.end >= sub.end
             sub_spawn = ends[after] if after >= 0 else agent.start
-            task = self.agent_task(sub, f"{task_id}/{sub.id}", sub_spawn)
+            task = self.agent_task(sub, f"{task_id}/{sub.id}", sub_spawn, depth + 1)
             if task is not None:
                 subs.append((after, wait, sub, task))
         if not calls and not subs:
@@ -366,12 +380,22 @@ class _Builder:
                 waited[after] = max(waited.get(after, 0), sub.end)
         out = []
         previous = spawn
+        ids: HashIds = HashIds.run(0, 0)
         for index, (span, call) in enumerate(calls):
             ready = max(previous, waited.get(index - 1, 0))
             gap = span.start - ready
             if gap < 0:
                 self.overlaps += 1
                 gap = 0
+            if gap > MAX_SECONDS * _NS or abs(span.start - start) > MAX_SECONDS * _NS:
+                line, path = span.where
+                raise InputError(f"starts more than {MAX_SECONDS:g} s from its agent or previous call", file=self.name,
+                                 line=line, path=path, field="startTimeUnixNano")
+            if call.hash_ids:  # the calls of an agent share their ids' storage (simulator.hash_ids)
+                shared = common_prefix(ids, call.hash_ids)
+                ids = ids.extend(shared, call.hash_ids[shared:])
+                call = Call(call.input_tokens, call.output_tokens, call.gap, ids, call.block_size, call.server_time,
+                            call.sent_at, call.stop_reason, call.model, call.messages)
             out.append(_with_times(call, gap / _NS, (span.start - start) / _NS))
             previous = span.end
         subtasks = tuple(SubTask(after, task, wait) for after, wait, _, task in subs)
@@ -456,7 +480,7 @@ def _hash_content(spans: list[_Span], name: str, policy: ErrorPolicy, hasher: Co
         n_in = next((span.attrs[k] for k in _INPUT_KEYS if k in span.attrs), None)
         if not messages:
             without += 1
-        elif type(n_in) is int and n_in > 0:  # a bad count is reported when the call is built
+        elif type(n_in) is int and 0 < n_in <= MAX_TOKENS:  # a bad count is reported when the call is built
             found.append((span, messages, n_in))
     hasher.calibrate((messages, n_in) for _, messages, n_in in found)
     for span, messages, n_in in found:
@@ -491,6 +515,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     origin = min(start for start, _ in found)
     tasks = []
     for start, task in sorted(found, key=lambda pair: (pair[0], pair[1].id)):
+        if start - origin > MAX_SECONDS * _NS:
+            policy.bad(InputError(f"task {task.id} starts more than {MAX_SECONDS:g} s after the file's first",
+                                  file=name, field="startTimeUnixNano"))
+            continue
         tasks.append(Task(task.id, task.calls, (start - origin) / _NS, task.task_class, task.subtasks))
     wl = Workload(tuple(tasks))
     n_tasks, n_calls, n_subs = wl.counts()

@@ -24,13 +24,14 @@ Errors name the file, the line and the field (as a JSON path within the line: ``
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
+
+import orjson
 
 from ..errors import ErrorPolicy, InputError
-from ..workload import Call, Provenance, Task, Workload
+from ..workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, Task, Workload
 from .prefix import extend_prefix, fresh_ids
 
 FORMAT = "tracelab"
@@ -47,7 +48,8 @@ def sniff(path: Path, head: bytes) -> bool:
 class _Round:
     """One validated row, before rounds are chained into calls."""
 
-    __slots__ = ("session", "index", "provider", "model", "total", "prefix", "output", "send", "end", "first", "tool_wait")
+    __slots__ = ("session", "index", "provider", "model", "total", "prefix", "output", "send", "end", "first", "tool_wait",
+                 "line")
 
     def __init__(self, **values: Any) -> None:
         for key, value in values.items():
@@ -63,9 +65,10 @@ def _rows(path: Path, name: str) -> Iterator[tuple[Any, int]]:
                 continue
             empty = False
             try:
-                yield json.loads(raw), number
-            except ValueError as exc:
+                row = orjson.loads(raw)  # nesting deeper than 1024 is a decode error, not a RecursionError
+            except orjson.JSONDecodeError as exc:
                 raise InputError(f"invalid JSON: {exc}", file=name, line=number) from None
+            yield row, number
     if empty:
         raise InputError("empty file", file=name)
 
@@ -73,8 +76,11 @@ def _rows(path: Path, name: str) -> Iterator[tuple[Any, int]]:
 def _time(value: Any) -> float:
     """Seconds since the epoch of an ISO-8601 timestamp."""
     if not isinstance(value, str):
-        raise ValueError(f"not a timestamp: {value!r}")
-    return datetime.fromisoformat(value).timestamp()
+        raise ValueError(f"not a timestamp: {value!r:.40}")
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except (OverflowError, OSError):  # a year the platform's clock cannot convert
+        raise ValueError(f"timestamp out of range: {value!r:.40}") from None
 
 
 class _RowReader:
@@ -88,8 +94,8 @@ class _RowReader:
         value = row.get(key)
         if value is None and default is not None:
             return default
-        if type(value) is not int or value < 0:
-            what = "missing" if value is None else "must be a non-negative integer"
+        if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+            what = "missing" if value is None else f"must be an integer from 0 to {MAX_TOKENS:,}"
             raise self.error(what, line, where, key)
         return value
 
@@ -108,12 +114,17 @@ class _RowReader:
         if not isinstance(events, list):
             raise self.error("must be a list", line, where, "timing_events")
         for i, event in enumerate(events):
+            if not isinstance(event, dict):
+                raise self.error("must be an object", line, f"{where}.timing_events[{i}]", "timing_events")
             try:
-                at = _time(event["timestamp"])
-            except (TypeError, KeyError, ValueError):
+                at = _time(event.get("timestamp"))
+            except ValueError:
                 raise self.error("not an ISO-8601 timestamp", line, f"{where}.timing_events[{i}]", "timestamp") from None
+            kind = event.get("event_type")
+            if kind is not None and not isinstance(kind, str):
+                raise self.error("must be a string", line, f"{where}.timing_events[{i}]", "event_type")
             first = at if first is None else min(first, at)
-            if event.get("event_type") in INPUT_EVENTS:
+            if kind in INPUT_EVENTS:
                 send = at if send is None else max(send, at)
             else:
                 end = at if end is None else max(end, at)
@@ -127,8 +138,9 @@ class _RowReader:
             ms = tool.get("tool_wall_latency_ms") if isinstance(tool, dict) else None
             if ms is None:
                 continue
-            if type(ms) not in (int, float) or ms < 0:
-                raise self.error("must be a non-negative number", line, f"{where}.tools[{i}]", "tool_wall_latency_ms")
+            if type(ms) not in (int, float) or not 0 <= ms <= MAX_SECONDS * 1000:
+                raise self.error(f"must be a number of milliseconds from 0 to {MAX_SECONDS * 1000:g}", line,
+                                 f"{where}.tools[{i}]", "tool_wall_latency_ms")
             tool_wait = max(tool_wait, ms / 1000.0)
         provider, model = row.get("provider"), row.get("model")
         return _Round(
@@ -143,21 +155,26 @@ class _RowReader:
             end=end,
             first=first,
             tool_wait=tool_wait,
+            line=line,
         )
 
 
-def _seconds(value: float) -> float:
-    """A non-negative duration, rounded to microseconds (epoch floats carry noise below that)."""
+def _seconds(value: float, name: str, r: _Round, what: str) -> float:
+    """A non-negative duration, rounded to microseconds (epoch floats carry noise below that); an InputError
+    naming the round's line when it is longer than a workload may hold."""
+    if value > MAX_SECONDS:
+        raise InputError(f"{what} of {value:.3g} s is longer than {MAX_SECONDS:g} s", file=name, line=r.line,
+                         path="$.timing_events", field="timestamp")
     return max(0.0, round(value, 6))
 
 
-def _session_task(session: str, rounds: list[_Round], origin: Optional[float]) -> Task:
+def _session_task(name: str, session: str, rounds: list[_Round], origin: Optional[float]) -> Task:
     rounds.sort(key=lambda r: r.index)
     starts = [r.first for r in rounds if r.first is not None]
     start = min(starts) if starts else None
     fresh = fresh_ids(f"tracelab:{session}")
     calls: list[Call] = []
-    ids: tuple[int, ...] = ()
+    ids: Sequence[int] = ()
     previous: Optional[_Round] = None
     for r in rounds:
         ids = extend_prefix(ids, r.prefix, r.total, BLOCK_SIZE, fresh)
@@ -172,17 +189,19 @@ def _session_task(session: str, rounds: list[_Round], origin: Optional[float]) -
             Call(
                 r.total,
                 r.output,
-                _seconds(gap),
+                _seconds(gap, name, r, "the gap before this round"),
                 ids,
                 BLOCK_SIZE,
-                _seconds(server) if server is not None else None,
-                _seconds(r.send - start) if r.send is not None else None,
+                _seconds(server, name, r, "the server time") if server is not None else None,
+                _seconds(r.send - start, name, r, "the send time") if r.send is not None else None,
                 None,
                 r.model,
             )
         )
         previous = r
-    arrival = _seconds(start - origin) if start is not None and origin is not None else 0.0
+    arrival = 0.0
+    if start is not None and origin is not None:
+        arrival = _seconds(start - origin, name, rounds[0], "the session's arrival after the file's first")
     return Task(session, tuple(calls), arrival, rounds[0].provider)
 
 
@@ -206,5 +225,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         sessions.setdefault(r.session, []).append(r)
     firsts = [r.first for rounds in sessions.values() for r in rounds if r.first is not None]
     origin = min(firsts) if firsts else None
-    tasks = tuple(_session_task(s, rounds, origin) for s, rounds in sessions.items())
-    return Workload(tasks, (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}),))
+    tasks = []
+    for session, rounds in sessions.items():
+        try:
+            tasks.append(_session_task(name, session, rounds, origin))
+        except InputError as exc:
+            policy.bad(exc)
+    return Workload(tuple(tasks), (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}),))

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ErrorPolicy, InputError
-from ..workload import Call, Provenance, Task, Workload
+from ..workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, Task, Workload
 from .prefix import extend_prefix, fresh_ids
+from .text import TextFile, first_line
 
 FORMAT = "tracelab-csv"
 BLOCK_SIZE = 64
@@ -37,27 +38,29 @@ SESSION_COLUMNS = ("session_id", "id")
 
 
 def _header(line: str) -> list[str]:
-    return [c.strip() for c in next(csv.reader([line]), [])]
+    try:
+        return [c.strip() for c in next(csv.reader([line]), [])]
+    except csv.Error:
+        return []
 
 
 def sniff(path: Path, head: bytes) -> bool:
     """A CSV whose header has a session column and every round column of the replay format."""
-    first = head.lstrip().split(b"\n", 1)[0].decode("utf-8", "replace")
-    columns = set(_header(first))
+    columns = set(_header(first_line(head)))
     return bool(columns & set(SESSION_COLUMNS)) and all(c in columns for c in REQUIRED)
 
 
 def _int(value: str) -> int:
     number = int(value)
-    if number < 0:
-        raise ValueError("negative")
+    if not 0 <= number <= MAX_TOKENS:
+        raise ValueError(f"not a whole number from 0 to {MAX_TOKENS:,}")
     return number
 
 
 def _float(value: str) -> float:
     number = float(value) if value.strip() else 0.0
-    if not number >= 0 or number == float("inf"):
-        raise ValueError("negative or not finite")
+    if not 0 <= number <= MAX_SECONDS * 1000:
+        raise ValueError(f"not a number of milliseconds from 0 to {MAX_SECONDS * 1000:g}")
     return number
 
 
@@ -65,9 +68,10 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     """Read a TraceLab replay CSV."""
     path = Path(path)
     name = str(path)
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = csv.reader(fh)
-        header = next(rows, None)
+    text = TextFile(path)
+    with text:
+        rows = text.csv_rows(name)
+        header = next(rows, (1, None))[1]
         if not header or not any(c.strip() for c in header):
             raise InputError("empty file", file=name)
         header = [c.strip() for c in header]
@@ -79,8 +83,7 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
         arrival_col: Optional[int] = header.index("arrival_time") if "arrival_time" in header else None
         sessions: dict[str, list[tuple[int, int, int, int, float, float]]] = {}
         seen: set[tuple[str, int]] = set()
-        for row in rows:
-            line = rows.line_num
+        for line, row in rows:
             if not row or not any(v.strip() for v in row):
                 continue
             try:
@@ -93,6 +96,9 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
                 ):
                     values.append(_cell(row, col[column], column, parse, name, line))
                 arrival = _cell(row, arrival_col, "arrival_time", _float, name, line) if arrival_col is not None else 0.0
+                if values[1] + values[2] > MAX_TOKENS:
+                    raise InputError(f"prefix_len + input_len is more than the {MAX_TOKENS:,} tokens a call may have",
+                                     file=name, line=line, field="input_len")
                 session = row[col[session_col]].strip()
                 if not session:
                     raise InputError(f"empty (column {col[session_col] + 1})", file=name, line=line, field=session_col)
@@ -104,16 +110,17 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
             seen.add((session, values[0]))
             sessions.setdefault(session, []).append((*values, arrival))
     tasks = tuple(_task(path.stem, s, rounds) for s, rounds in sessions.items())
-    return Workload(tasks, (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}),))
+    notes = (text.note(),) if text.note() else ()
+    return Workload(tasks, (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}, notes),))
 
 
 def _cell(row: list[str], index: int, column: str, parse, name: str, line: int):
     try:
         return parse(row[index].strip())
     except ValueError:
-        raise InputError(
-            f"not a non-negative number (column {index + 1})", file=name, line=line, field=column
-        ) from None
+        reason = f"not a whole number from 0 to {MAX_TOKENS:,}" if parse is _int else \
+            f"not a number of milliseconds from 0 to {MAX_SECONDS * 1000:g}"
+        raise InputError(f"{reason} (column {index + 1})", file=name, line=line, field=column) from None
 
 
 def _task(stem: str, session: str, rounds: list[tuple[int, int, int, int, float, float]]) -> Task:

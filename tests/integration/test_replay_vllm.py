@@ -20,6 +20,7 @@ import pytest
 
 from simulator import scenario as sc
 from simulator.cli import main as cli_main
+from simulator.live.client import PreflightError
 from simulator.live.runner import run_scenario
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
@@ -52,11 +53,11 @@ class Replay:
         return {(t.id, i): c for t in self.workload.all_tasks() for i, c in enumerate(t.calls)}
 
 
-def replay(server, scenario_path: Path, folder: Path, *overrides: str) -> Replay:
+def replay(server, scenario_path: Path, folder: Path, *overrides: str, preflight: bool = True) -> Replay:
     """Run a scenario file against `server` through the runner API."""
     scenario = sc.load(scenario_path, [f"target.base_url={server.base_url}", *overrides])
     workload = sc.load_workload(scenario)
-    summary, outcome = asyncio.run(run_scenario(scenario, workload, folder, handle_sigint=False))
+    summary, outcome = asyncio.run(run_scenario(scenario, workload, folder, handle_sigint=False, preflight=preflight))
     assert outcome.stop_reason == "completed"
     return Replay(workload, summary, results.read_calls(folder), results.read_tasks(folder), folder)
 
@@ -224,13 +225,19 @@ def test_vllm_error_responses_are_recorded_and_the_run_goes_on(vllm_server, tmp_
     assert run.summary["calls"]["not_done"] == 4 and run.summary["tasks"]["failed"] == 3
 
 
-def test_unknown_model_fails_every_call_with_vllms_message(vllm_server, tmp_path):
-    run = replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "r",
-                 "run.max_tasks=2", "run.seed=7", "target.model=no-such-model")
+def test_unknown_model_fails_the_preflight_or_every_call_with_vllms_message(vllm_server, tmp_path):
+    overrides = ("run.max_tasks=2", "run.seed=7", "target.model=no-such-model")
+    with pytest.raises(PreflightError, match="'no-such-model' is not served by .*; it serves: ") as err:
+        replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "checked", *overrides)
+    assert vllm_server.model_name in str(err.value)
+    assert not (tmp_path / "checked").exists()
+    run = replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "r", *overrides, preflight=False)
     assert len(run.calls) == 2 and not any(c.ok for c in run.calls)
     for c in run.calls:
         assert c.status == 404 and c.error_class == "http_4xx" and "no-such-model" in c.error_message
     assert run.summary["tasks"]["failed"] == 2 and run.summary["calls"]["not_done"] == run.summary["calls"]["planned"]
+    [top] = run.summary["error_messages"]
+    assert top["count"] == 2 and "no-such-model" in top["message"]
 
 
 def test_result_folder_holds_server_metrics_and_report_shows_them(claude_code_run, capsys):

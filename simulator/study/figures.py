@@ -1,0 +1,174 @@
+"""What one point measured, read back from its result folder: the summary's figures the study uses,
+whether the SLOs held, and per completed task its tokens (for the API price) and completion time.
+
+Whether a point holds its SLO also asks whether it could go on holding it: a finite run a little over
+the server's capacity can end before its queue has grown past the SLO's bound. Every load point of a
+config and repeat replays the same tasks (only closer together or further apart), so a task's extra
+time at this point over the same task at a lower load (`baseline`) is what the load added to it, with
+the task's own length (its calls, its tool time) taken out. With a task SLO and `max_growth`, the trend
+of that extra time over arrival time is estimated (Theil-Sen slope, which a stall's bump barely moves,
+with its 90% interval): a point whose slope's lower bound is above zero and whose extra time grew over
+its arrivals by more than `max_growth` x the task SLO's per-item bound is not sustainable, and does not
+hold. A steady queue, however long, passes; a growing one fails however short the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from scipy.stats import theilslopes
+
+from ..metrics import results
+from ..metrics.results import Window
+from ..metrics.slo import Slo
+from ..metrics.summary import Summary
+
+
+@dataclass
+class TaskTokens:
+    """Tokens of the completed top-level tasks (with their sub-tasks' calls), summed."""
+
+    tasks: int = 0
+    input: int = 0
+    """Prompt tokens, cached ones included."""
+    cached: int = 0
+    output: int = 0
+
+
+@dataclass
+class PointFigures:
+    """The figures of one point."""
+
+    slo_met: Optional[bool]
+    """Every SLO target held and no more than the allowed share of tasks failed (None: no SLO)."""
+    throughput_tasks_per_hour: float
+    goodput_tasks_per_hour: Optional[float]
+    output_tokens_per_s: float
+    requests_per_s: float
+    task_p50_s: float
+    task_p95_s: float
+    ttft_p95_ms: float
+    tasks_completed: int
+    tasks_failed: int
+    """Failed or cancelled top-level tasks of the window."""
+    busy_fraction: Optional[float] = None
+    """Share of the run the twin's engine was busy (simulations only)."""
+    growth: Optional[float] = None
+    """Seconds of task completion time gained per second of arrivals (Theil-Sen slope): 0 when the
+    queue is steady, the overload share when it grows."""
+    growth_over_run_s: Optional[float] = None
+    """`growth` times the span of the window's arrivals."""
+    growing: bool = False
+    """The slope's lower confidence bound is above 0 and the growth over the run exceeds the allowed share."""
+    growth_baseline: Optional[float] = None
+    """The load of the point the extra time is measured against."""
+    tokens: TaskTokens = field(default_factory=TaskTokens)
+    task_times: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False)
+    """(arrival, completion time) of the window's completed top-level tasks by id (not saved)."""
+    held: Optional[bool] = None
+    """The SLO's targets and the failed share, before the growth check (None: no SLO)."""
+
+    @property
+    def completion_times(self) -> list[float]:
+        """Seconds, of the completed top-level tasks in the window."""
+        return [t for _, t in self.task_times.values()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as a point in study.json holds them."""
+        out = asdict(self)
+        del out["task_times"], out["held"]
+        return out
+
+    def judge_growth(self, baseline: PointFigures, load: Optional[float], bound: Optional[float],
+                     max_growth: Optional[float]) -> None:
+        """Measure the trend of this point's extra task time over `baseline`'s (at load `load`), and fail
+        the SLO when it grows (see the module doc)."""
+        shared = [k for k in self.task_times if k in baseline.task_times]
+        arrivals = [self.task_times[k][0] for k in shared]
+        extra = [self.task_times[k][1] - baseline.task_times[k][1] for k in shared]
+        self.growth, self.growth_over_run_s, self.growing = growth(arrivals, extra, bound, max_growth)
+        self.growth_baseline = load
+        if self.growing and self.slo_met:
+            self.slo_met = False
+
+
+def slo_met(summary: Summary, slo: Slo, max_failed_share: float) -> Optional[bool]:
+    """Whether the point held its SLO's targets: each one given (task, TTFT, TPOT) met, and failed or
+    cancelled tasks no more than `max_failed_share` of the window's; None when the SLO names no target."""
+    checks = [getattr(summary.slo, name) for name in ("task_s", "ttft_ms", "tpot_ms") if getattr(slo, name)]
+    if not checks:
+        return None
+    tasks = summary.tasks
+    counted = tasks.completed + tasks.failed + tasks.cancelled
+    failed_share = (tasks.failed + tasks.cancelled) / counted if counted else 1.0
+    return all(c is not None and c.met for c in checks) and failed_share <= max_failed_share and tasks.completed > 0
+
+
+def growth(arrivals: list[float], times: list[float], bound: Optional[float],
+           max_growth: Optional[float]) -> tuple[Optional[float], Optional[float], bool]:
+    """(slope, slope x arrival span, growing) of `times` (a task's extra time) over arrival time (see the
+    module doc); at most 1000 tasks, evenly picked in arrival order, keep the estimate cheap."""
+    if len(times) < 8:
+        return None, None, False
+    order = np.argsort(arrivals)
+    pick = order[np.linspace(0, len(order) - 1, min(len(order), 1000)).astype(int)]
+    x, y = np.asarray(arrivals)[pick], np.asarray(times)[pick]
+    span = float(x[-1] - x[0])
+    if span <= 0:
+        return None, None, False
+    fit = theilslopes(y, x, alpha=0.9)
+    over_run = float(fit.slope) * span
+    growing = bound is not None and max_growth is not None and fit.low_slope > 0 and over_run > max_growth * bound
+    return float(fit.slope), over_run, bool(growing)
+
+
+def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: float) -> PointFigures:
+    """The point's figures from its summary and records (the growth check needs a baseline point:
+    `PointFigures.judge_growth`)."""
+    tasks = summary.tasks
+    task_times, tokens = _completed_tasks(Path(folder), summary.window)
+    sim = summary.simulation
+    held = slo_met(summary, slo, max_failed_share)
+    return PointFigures(
+        slo_met=held, held=held,
+        throughput_tasks_per_hour=tasks.throughput_per_hour,
+        goodput_tasks_per_hour=tasks.goodput_per_hour,
+        output_tokens_per_s=summary.output_throughput,
+        requests_per_s=summary.request_throughput,
+        task_p50_s=tasks.completion_time_s.p50,
+        task_p95_s=tasks.completion_time_s.p95,
+        ttft_p95_ms=summary.ttft.p95,
+        tasks_completed=tasks.completed,
+        tasks_failed=tasks.failed + tasks.cancelled,
+        busy_fraction=sim.busy_fraction if sim is not None else None,
+        tokens=tokens,
+        task_times=task_times,
+    )
+
+
+def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[float, float]], TaskTokens]:
+    """(arrival, completion time) of the window's completed top-level tasks by id, and the tokens of their
+    calls (their sub-tasks' included; successful attempts only)."""
+    parent: dict[str, Optional[str]] = {}
+    done: dict[str, tuple[float, float]] = {}
+    for t in results.iter_tasks(folder):
+        parent[t.task_id] = t.parent_id
+        if t.parent_id is None and t.ok and window.contains(t.arrival):
+            done[t.task_id] = (t.arrival, t.completion_time)
+
+    def root(task_id: str) -> str:
+        seen = 0
+        while parent.get(task_id) is not None and seen < 64:  # bounded: a malformed chain cannot loop
+            task_id, seen = parent[task_id], seen + 1
+        return task_id
+
+    tokens = TaskTokens(tasks=len(done))
+    for c in results.iter_calls(folder):
+        if c.ok and root(c.task_id) in done:
+            tokens.input += c.input_tokens
+            tokens.cached += c.cached_tokens or 0
+            tokens.output += c.output_tokens
+    return done, tokens

@@ -1,0 +1,311 @@
+"""study.json from what a study ran (its shape is in `simulator.study`'s docstring and docs/study.md),
+and the objective values the ranking, the twin's prediction and the config space share."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import statistics
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from . import STUDY_VERSION, cost
+from .load import AXIS_UNITS
+from .capacity import Capacity
+from .points import PointResult
+from .ranking import HIGHER_IS_BETTER, UNITS, Value, mean, order_of, p95, rank
+
+if TYPE_CHECKING:
+    from .runner import ConfigRun, StudyRunner
+
+
+def _iso(t: Optional[float]) -> Optional[str]:
+    return None if t is None else _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
+
+
+def rank_load(runner: StudyRunner) -> Optional[float]:
+    """The sweep value per-config figures are taken at: `rank_at`, else the highest."""
+    load = runner.spec.load
+    if load is None:
+        return None
+    return runner.spec.rank_at if runner.spec.rank_at is not None else max(load.values())
+
+
+def _sweep_points(run: ConfigRun, load: Optional[float]) -> list[PointResult]:
+    return [p for p in run.points if p.source == "sweep" and p.ok and load is not None
+            and abs(p.load - load) <= 1e-9 * max(1.0, load)]
+
+
+def _capacity_points(run: ConfigRun) -> list[PointResult]:
+    """Each repeat's highest probe that held the SLO."""
+    if run.capacity is None:
+        return []
+    lows = {(s.repeat, s.low) for s in run.capacity.searches if s.low is not None}
+    return [p for p in run.points if p.source == "capacity" and p.ok and (p.repeat, p.load) in lows]
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _pooled(points: list[PointResult], q: float) -> Optional[float]:
+    times = [t for p in points for t in p.figures.completion_times]
+    return float(np.percentile(times, q)) if times else None
+
+
+def _aggregate(points: list[PointResult]) -> dict[str, Any]:
+    """Figures of a group of points (the repeats at one load): means, task percentiles pooled."""
+    figures = [p.figures for p in points]
+    return {
+        "throughput_tasks_per_hour": _mean([p.sustained_tasks_per_hour() for p in points]),
+        "run_throughput_tasks_per_hour": _mean([f.throughput_tasks_per_hour for f in figures]),
+        "goodput_tasks_per_hour": _mean([f.goodput_tasks_per_hour for f in figures]),
+        "output_tokens_per_s": _mean([f.output_tokens_per_s for f in figures]),
+        "task_p50_s": _pooled(points, 50), "task_p95_s": _pooled(points, 95),
+        "ttft_p95_ms": _mean([f.ttft_p95_ms for f in figures]),
+    }
+
+
+def _sweep(run: ConfigRun) -> list[dict[str, Any]]:
+    groups: dict[float, list[PointResult]] = defaultdict(list)
+    for p in run.points:
+        if p.source == "sweep":
+            groups[p.load].append(p)
+    out = []
+    for load, group in groups.items():
+        ok = [p for p in group if p.ok]
+        met = [p.figures.slo_met for p in ok if p.figures.slo_met is not None]
+        row = {"load": load, "repeats": len(group), "ok": len(ok), "slo_met_share": sum(met) / len(met) if met else None}
+        row.update(_aggregate(ok) if ok else {})
+        out.append(row)
+    return out
+
+
+def _cost(runner: StudyRunner, run: ConfigRun, points: list[PointResult]) -> Optional[dict[str, Any]]:
+    """$ per task both ways, at the capacity (else at the ranking load), and the utilisation behind it."""
+    if not points:
+        return None
+    spec = runner.spec.cost
+    if run.capacity is not None and run.capacity.rate is not None:
+        tasks_h, at_rate = run.capacity.rate * 3600, run.capacity.rate
+    else:
+        tasks_h, at_rate = _mean([p.sustained_tasks_per_hour() for p in points]), _mean([p.offered_rate for p in points])
+    busy = [p.figures.busy_fraction for p in points if p.figures.busy_fraction is not None]
+    util = [p.gpu["utilisation_mean_perc"] / 100 for p in points if p.gpu]
+    energy = [p.gpu["energy_j"] / p.figures.tasks_completed for p in points if p.gpu and p.figures.tasks_completed]
+    return {
+        "self_hosted_per_task": cost.self_hosted_per_task(spec, tasks_h),
+        "api_per_task": _mean([cost.api_per_task(spec, cost.api_tokens_of(runner.workloads.api_tokens(p.repeat),
+                                                                          p.figures.task_times)) for p in points]),
+        "at_rate_per_s": at_rate, "tasks_per_hour": tasks_h,
+        "utilisation": _mean(busy) if busy else _mean(util),
+        "utilisation_source": "twin engine busy share" if busy else ("GPU utilisation (NVML)" if util else "not measured"),
+        "joules_per_task": _mean(energy),
+    }
+
+
+def _gpu(run: ConfigRun) -> dict[str, Any]:
+    measured = [p for p in run.points if p.ok and p.gpu]
+    if not measured:
+        return {"available": False, "note": run.gpu_note or "no GPU figures", "memory_used_max_bytes": None,
+                "utilisation_mean_perc": None, "energy_j": None, "joules_per_task": None}
+    tasks = sum(p.figures.tasks_completed for p in measured)
+    energy = sum(p.gpu["energy_j"] for p in measured)
+    return {"available": True, "note": None, "memory_used_max_bytes": max(p.gpu["memory_used_max_bytes"] for p in measured),
+            "utilisation_mean_perc": statistics.fmean(p.gpu["utilisation_mean_perc"] for p in measured),
+            "energy_j": energy, "joules_per_task": energy / tasks if tasks else None}
+
+
+def objective_values(runner: StudyRunner, runs: dict[str, ConfigRun]) -> dict[str, Value]:
+    """Each config's objective value, with what its interval and the ranking's bootstrap resample."""
+    objective, load = runner.spec.objective, rank_load(runner)
+    spec = runner.spec.cost
+    out = {}
+    for name, run in runs.items():
+        cap = run.capacity
+        has_cap = cap is not None and cap.rate is not None
+        if objective == "p95_task":
+            times = [t for p in _sweep_points(run, load) for t in p.figures.completion_times]
+            value = Value(float(np.percentile(times, 95)) if times else None, times, p95)
+        elif objective == "goodput" and has_cap:
+            value = Value(cap.rate * 3600, [e * 3600 for e in cap.estimates], mean, cap.resolution * 3600,
+                          (cap.ci[0] * 3600, cap.ci[1] * 3600))
+        elif objective == "cost" and has_cap:
+            price = spec.gpu_hour * spec.gpus
+            low, high = cap.ci
+            value = Value(price / (cap.rate * 3600), [price / (e * 3600) for e in cap.estimates], mean, 0.0,
+                          (price / (high * 3600), price / (low * 3600) if low > 0 else float("inf")))
+        elif objective in ("goodput", "cost") and cap is not None and cap.status in ("above_range", "below_range"):
+            value = _unbracketed(cap, objective, spec)
+        else:
+            value = _best_sweep(run, objective, spec)
+        out[name] = value.with_ci(runner.spec.confidence)
+    return out
+
+
+def _unbracketed(cap: Capacity, objective: str, spec: Any) -> Value:
+    """A capacity search that found no bracket ranks by its bound: above the range by the highest rate
+    that held (at least that), below it as zero (no rate held)."""
+    above = cap.status == "above_range"
+    rate = cap.at_least if above else 0.0
+    samples = [s.low or 0.0 for s in cap.searches] if above else [0.0]
+    if objective == "goodput":
+        bounds = (rate * 3600, math.inf) if above else (0.0, (cap.at_most or 0.0) * 3600)
+        return Value(rate * 3600, [x * 3600 for x in samples], mean, ci=bounds)
+    price = spec.gpu_hour * spec.gpus
+    if not above:
+        return Value(None)
+    return Value(price / (rate * 3600), [price / (x * 3600) for x in samples if x], mean,
+                 ci=(0.0, price / (rate * 3600)))
+
+
+def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
+    """Without a capacity: the best load of the sweep by the repeats' mean (cost: among loads that held
+    the SLO, when any did)."""
+    groups: dict[float, list[PointResult]] = defaultdict(list)
+    for p in run.points:
+        if p.source == "sweep" and p.ok:
+            groups[p.load].append(p)
+    best: Optional[Value] = None
+    for group in groups.values():
+        if objective == "goodput":
+            samples = [p.figures.goodput_tasks_per_hour if p.figures.goodput_tasks_per_hour is not None
+                       else p.figures.throughput_tasks_per_hour for p in group]
+        else:
+            if not all(p.figures.slo_met is not False for p in group):
+                continue
+            samples = [cost.self_hosted_per_task(spec, p.sustained_tasks_per_hour()) for p in group]
+            if any(s is None for s in samples):
+                continue
+        candidate = Value(statistics.fmean(samples), samples, mean)
+        if best is None:
+            best = candidate
+        elif candidate.value > best.value if HIGHER_IS_BETTER[objective] else candidate.value < best.value:
+            best = candidate
+    return best or Value(None)
+
+
+def config_entry(runner: StudyRunner, run: ConfigRun, value: Value, rank_no: Optional[int],
+                 twin: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """One config in study.json."""
+    c = run.config
+    load = rank_load(runner)
+    at = _sweep_points(run, load)
+    at_load = load
+    if not at:
+        at = _capacity_points(run)
+        at_load = _mean([p.load for p in at])
+    reference = next((p for p in run.points if p.source == "reference" and p.ok), None)
+    status = "ok" if run.error is None else ("failed" if not any(p.ok for p in run.points) else "partial")
+    entry = {
+        "name": c.name, "kind": c.kind, "is_base": c.is_base, "differs_by": c.differs_by,
+        "status": status, "error": run.error, "server": run.server,
+        "points": [p.to_dict() for p in run.points], "sweep": _sweep(run), "at_load": at_load,
+    }
+    entry.update(_aggregate(at) if at else dict.fromkeys(
+        ("throughput_tasks_per_hour", "run_throughput_tasks_per_hour", "goodput_tasks_per_hour", "output_tokens_per_s",
+         "task_p50_s", "task_p95_s", "ttft_p95_ms")))
+    entry.update({
+        "capacity": run.capacity.to_dict() if run.capacity is not None else None,
+        "cost": _cost(runner, run, at),
+        "quality": run.quality,
+        "gpu": _gpu(run),
+        "reference": None if reference is None else {
+            "label": runner.spec.reference.label or _shape_label(runner), "folder": reference.folder,
+            "output_tokens_per_s": reference.figures.output_tokens_per_s,
+            "requests_per_s": reference.figures.requests_per_s},
+        "objective": {"value": value.value, "ci": [_finite(v) for v in value.ci] if value.ci else None,
+                      "unit": UNITS[runner.spec.objective]},
+        "rank": rank_no, "twin": twin,
+    })
+    return entry
+
+
+def _finite(value: float) -> Optional[float]:
+    """JSON has no infinity: an open end of an interval is null."""
+    return value if math.isfinite(value) else None
+
+
+def _shape_label(runner: StudyRunner) -> str:
+    s = runner.spec.reference.synthetic
+    return f"{s.input_tokens}/{s.output_tokens} x {s.concurrency}"
+
+
+def study_json(runner: StudyRunner) -> dict[str, Any]:
+    """The whole study.json."""
+    spec, objective = runner.spec, runner.spec.objective
+    values = objective_values(runner, runner.runs)
+    order, comparisons = rank(values, objective, spec.confidence)
+    ranks = {name: i + 1 for i, name in enumerate(order) if values[name].value is not None}
+    prediction, twin_entries = _twin_prediction(runner, order)
+    _, workload, rate0 = runner.workloads.get(0)
+    tasks, calls, subtasks = workload.counts()
+    points = [p for r in runner.runs.values() for p in r.points] + \
+        [p for r in runner.twin_runs.values() for p in r.points]
+    fresh = [p.overhead_s for p in points if not p.resumed]
+    return {
+        "agentload_study": STUDY_VERSION, "name": spec.display_name(), "description": spec.description,
+        "study_file": spec.source, "folder": str(runner.folder),
+        "started_at": _iso(runner.started_at), "finished_at": _iso(_now()) if runner.complete else None,
+        "complete": runner.complete,
+        "workload": {"source": runner.scenario.source or "", "tasks": tasks, "calls": calls, "subtasks": subtasks,
+                     "base_rate_per_s": rate0},
+        "slo": runner.scenario.slo.model_dump(mode="json", exclude_none=True, by_alias=True),
+        "axis": spec.load.axis if spec.load else None, "axis_unit": AXIS_UNITS[spec.load.axis] if spec.load else None,
+        "objective": objective, "confidence": spec.confidence,
+        "cost": spec.cost.model_dump(mode="json") if spec.cost else None,
+        "base": next(c.name for c in runner.configs if c.is_base),
+        "configs": [config_entry(runner, run, values[name], ranks.get(name), twin_entries.get(name))
+                    for name, run in runner.runs.items()],
+        "ranking": {"objective": objective, "unit": UNITS[objective],
+                    "better": "higher" if HIGHER_IS_BETTER[objective] else "lower", "order": order,
+                    "comparisons": [c.to_dict(UNITS[objective]) for c in comparisons]},
+        "twin_prediction": prediction,
+        "space": _space(runner, order),
+        "overhead": {"points": len(fresh), "mean_s": statistics.fmean(fresh) if fresh else None,
+                     "max_s": max(fresh) if fresh else None},
+        "failed_points": [{"config": p.config, "load": p.load, "repeat": p.repeat, "source": p.source,
+                           "error": p.error, "folder": p.folder} for p in points if p.status != "ok"],
+    }
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _twin_prediction(runner: StudyRunner, measured: list[str]) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
+    """The twin's order of the live configs it ran, against the measured order of the same configs."""
+    if not runner.twin_runs:
+        return None, {}
+    values = objective_values(runner, runner.twin_runs)
+    predicted = order_of({n: v.value for n, v in values.items()}, runner.spec.objective)
+    names = set(runner.twin_runs)
+    measured_same = [n for n in measured if n in names]
+    profile = runner.twin_profile_source() or ""
+    entries = {n: {"predicted_value": values[n].value, "predicted_rank": predicted.index(n) + 1, "profile": profile}
+               for n in predicted}
+    left_out = [c.name for c in runner.configs if c.live and c.name not in names]
+    note = f"no twin equivalent (flags only): {', '.join(left_out)}" if left_out else None
+    return {"profile": profile, "calibrated": runner.calibrated is not None, "configs": sorted(names),
+            "predicted_order": predicted, "measured_order": measured_same, "same_order": predicted == measured_same,
+            "note": note}, entries
+
+
+def _space(runner: StudyRunner, measured: list[str]) -> Optional[dict[str, Any]]:
+    space = runner.space
+    if space is None:
+        return None
+    values = objective_values(runner, space.runs)
+    order = order_of({n: v.value for n, v in values.items()}, runner.spec.objective)
+    live = [n for n in measured if n in space.top]
+    return {
+        "grid": runner.spec.space.grid, "top_k": runner.spec.space.top_k, "profile": space.profile,
+        "candidates": [{"name": c.name, "settings": c.settings, "predicted_value": values[c.name].value,
+                        "predicted_rank": order.index(c.name) + 1} for c in space.candidates],
+        "live": [{"name": n, "predicted_rank": order.index(n) + 1,
+                  "measured_rank": live.index(n) + 1 if n in live else None} for n in space.top],
+    }

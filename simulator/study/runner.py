@@ -1,0 +1,367 @@
+"""A study from start to end: each config in turn (the base first) with its server started once, its
+quality probes, its reference run, its sweep and its capacity search; then the twin's prediction of the
+live configs and the config space; study.json after every config and at the end (also when stopped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from .. import scenario as scenario_mod
+from ..errors import InputError
+from ..metrics import results
+from ..metrics.slo import Slo
+from ..sim.profile import ServerProfile, load_profile
+from ..workload import Workload
+from . import calibration, fan_out, quality
+from .backends import LiveBackend, PointError, TwinBackend
+from .capacity import Capacity, combine, search
+from .configs import Config, resolve, resolve_profile
+from .gpu import GpuSampler, open_sampler
+from .load import LoadPoint, apply
+from .points import PointResult, run_point, standard_figures
+from .prepare import Workloads, check, reference_scenario, study_scenario, target_fields
+from .ranking import order_of
+from .result import objective_values
+from .schema import StudySpec
+from .space import Candidate, candidates, live_config, twin_config
+
+Backend = Union[TwinBackend, LiveBackend]
+KEY_FILE = "study-key.json"
+
+
+@dataclass
+class ConfigRun:
+    """What one config did in the study."""
+
+    config: Config
+    points: list[PointResult] = field(default_factory=list)
+    capacity: Optional[Capacity] = None
+    quality: Optional[dict[str, Any]] = None
+    server: Optional[dict[str, Any]] = None
+    gpu_note: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclass
+class SpaceRun:
+    """The config space searched on the twin."""
+
+    profile: str
+    candidates: list[Candidate]
+    runs: dict[str, ConfigRun] = field(default_factory=dict)
+    top: list[str] = field(default_factory=list)
+
+
+class StudyRunner:
+    """Runs a study into `folder`; `say` gets one line per event (a point done, a server started)."""
+
+    def __init__(self, spec: StudySpec, folder: Path, *, twin_only: bool = False, ray: Optional[str] = None,
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        self.spec = spec
+        self.ray = ray
+        """Ray cluster address for independent points ('': the default one); None: every point here."""
+        self.folder = Path(folder)
+        self.say = say
+        self.scenario = study_scenario(spec)
+        self.workloads = Workloads(self.scenario)
+        self.configs = resolve(spec)
+        if twin_only:
+            self.configs = self._as_twin(self.configs)
+        self.target = target_fields(spec, self.scenario)
+        max_failed = spec.capacity.max_failed_share if spec.capacity else 0.01
+        self.max_growth = spec.capacity.max_growth if spec.capacity else None
+        self.figures = standard_figures(self.scenario.slo, max_failed)
+        self.reference_figures = standard_figures(Slo(), max_failed)  # a fixed-shape run is held to no SLO
+        self.runs: dict[str, ConfigRun] = {}
+        self.twin_runs: dict[str, ConfigRun] = {}
+        self.space: Optional[SpaceRun] = None
+        self.calibrated: Optional[ServerProfile] = None
+        self._reference: Optional[Workload] = None
+        self.started_at = time.time()
+        self.complete = False
+
+    # --- the whole study ---------------------------------------------------------------------------
+
+    def run(self, write: Callable[[StudyRunner], None]) -> None:
+        """Run every config, then the twin's prediction; `write(self)` after each config and at the end."""
+        _, _, rate0 = self.workloads.get(0)
+        check(self.spec, self.scenario, rate0)
+        self._claim_folder()
+        disconnect = fan_out.connect(self.ray) if self.ray is not None else None
+        try:
+            queue = list(self.configs)
+            while queue:
+                config = queue.pop(0)
+                self.run_config(config, "points", into=self.runs)
+                if config.is_base and self.spec.space is not None:
+                    extra = self.run_space(config)
+                    self.configs += extra
+                    queue += extra
+                write(self)
+            if self.spec.twin is not None and any(c.live for c in self.configs):
+                self.predict()
+            self.complete = True
+        finally:
+            if disconnect is not None:
+                disconnect()
+            write(self)
+
+    def _claim_folder(self) -> None:
+        """Make the study folder, or check that the one there holds this same study (a resumed run)."""
+        definition = json.dumps({"study": self.spec.model_dump(mode="json"),
+                                 "scenario": self.scenario.model_dump(mode="json")}, sort_keys=True)
+        key = {"fingerprint": hashlib.sha256(definition.encode()).hexdigest(), "study_file": self.spec.source}
+        kept = results.read_json(self.folder, KEY_FILE) if self.folder.is_dir() else None
+        if kept is not None and kept.get("fingerprint") != key["fingerprint"]:
+            raise InputError("the study folder holds a study of another definition (the study file or its scenario "
+                             "changed): give another folder with -o", file=str(self.folder))
+        if kept is None and self.folder.is_dir() and any(self.folder.iterdir()):
+            raise InputError("the folder is not empty and holds no study: give another with -o", file=str(self.folder))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        results.write_json(self.folder, KEY_FILE, key)
+
+    def _as_twin(self, configs: list[Config]) -> list[Config]:
+        """The configs on the twin (`--twin`): each as the twin profile plus its overlay; live configs
+        with no twin equivalent are left out."""
+        default = resolve_profile(self.spec.twin.profile, self.spec.base_dir()) if self.spec.twin else None
+        out = []
+        for c in configs:
+            if not c.live:
+                out.append(c)
+            elif c.has_twin_change:
+                out.append(replace(c, kind="twin", profile=c.profile or default, server=None, vllm=None, url=None,
+                                   emulator=None))
+            else:
+                self.say(f"{c.name}: left out on the twin: it changes only {c.differs_by}, which no profile setting says")
+        if not default and any(c.kind == "twin" and c.profile is None for c in out):
+            raise InputError("--twin needs twin.profile (the profile live configs are on the twin)",
+                             file=self.spec.source, path="twin.profile")
+        return out
+
+    # --- one config --------------------------------------------------------------------------------
+
+    def backend(self, config: Config) -> Backend:
+        """The backend that runs `config`'s points."""
+        if not config.live:
+            return TwinBackend(config.twin_profile(None, self.spec.source))
+        warmup = quality.probe_requests(self.workloads.get(0)[1], self.spec.warmup_calls) if self.spec.warmup_calls else ()
+        return LiveBackend(config, self.target, self.folder, warmup)
+
+    def run_config(self, config: Config, root: str, *, into: dict[str, ConfigRun], quality_check: bool = True,
+                   reference: bool = True) -> ConfigRun:
+        """Every point of `config` (its server started once, stopped at the end), registered in `into`
+        from the start so that a study stopped midway still reports the points it has."""
+        run = into[config.name] = ConfigRun(config)
+        backend = self.backend(config)
+        sampler, run.gpu_note = open_sampler(self.spec.gpu) if backend.live else (None, "twin: no GPU")
+        spec = self.spec
+        try:
+            if backend.live and spec.quality is not None and quality_check:
+                run.quality = self.quality_check(config, backend)
+            if config.is_base and backend.live and spec.twin is not None and spec.twin.calibrate:
+                self.calibrate(backend)
+            planned = [("reference", None, 0)] if spec.reference is not None and reference else []
+            if spec.load is not None:
+                planned += [("sweep", LoadPoint(spec.load.axis, value), repeat)
+                            for value in spec.load.values() for repeat in range(spec.repeats)]
+            if self.ray is not None and fan_out.independent(config, sampler):
+                self.fan_out(run, backend, root, planned)
+            else:
+                for source, load, repeat in planned:
+                    self.point(run, backend, root, source, load, repeat, sampler)
+            if spec.capacity is not None:
+                run.capacity = self.capacity(run, backend, root, sampler)
+        finally:
+            backend.close()
+            if sampler is not None:
+                sampler.close()
+            run.server = backend.server_info()
+        failed = [p for p in run.points if p.status != "ok"]
+        if failed:
+            run.error = f"{len(failed)} of {len(run.points)} points failed; first: {failed[0].error}"
+        return run
+
+    def capacity(self, run: ConfigRun, backend: Backend, root: str, sampler: Optional[GpuSampler]) -> Capacity:
+        """The capacity search, one per repeat."""
+        cap = self.spec.capacity
+        assert cap is not None
+        searches = []
+        for repeat in range(cap.repeats or self.spec.repeats):
+            def probe(rate: float, repeat: int = repeat) -> Optional[bool]:
+                point = self.point(run, backend, root, "capacity", LoadPoint("rate", rate), repeat, sampler)
+                return point.figures.slo_met if point.ok else None
+            searches.append(search(probe, cap.low, cap.high or cap.low * 4, cap.precision, cap.max_probes, repeat,
+                                   min_rate=cap.min_rate if cap.min_rate is not None else cap.low / 16))
+        return combine(searches, self.spec.confidence)
+
+    def point(self, run: ConfigRun, backend: Backend, root: str, source: str, load: Optional[LoadPoint], repeat: int,
+              sampler: Optional[GpuSampler]) -> PointResult:
+        """Run one point (or read it back), add it to `run` and say how it went."""
+        job = self.point_job(run, backend, root, source, load, repeat, sampler)
+        fan_out.run_job(job)
+        self.finish_point(run, job.result, load)
+        self.say(("twin " if root.startswith("twin") else "") + _progress(job.result))
+        return job.result
+
+    def fan_out(self, run: ConfigRun, backend: Backend, root: str,
+                planned: list[tuple[str, Optional[LoadPoint], int]]) -> None:
+        """Run the planned points as Ray tasks at once; appended to `run` in the planned order (and
+        judged in it) as when they run here, so study.json is the same."""
+        jobs = [self.point_job(run, backend, root, source, load, repeat, None) for source, load, repeat in planned]
+        results = fan_out.run_jobs(jobs)
+        for (_, load, _), result in zip(planned, results):
+            self.finish_point(run, result, load)  # the growth verdict needs the points before it: said after
+            self.say(("twin " if root.startswith("twin") else "") + _progress(result))
+
+    def point_job(self, run: ConfigRun, backend: Backend, root: str, source: str, load: Optional[LoadPoint],
+                  repeat: int, sampler: Optional[GpuSampler]) -> fan_out.PointJob:
+        """Everything one point needs to run, here or in a Ray worker."""
+        scenario, workload, rate0 = self.workloads.get(repeat)
+        offered: Optional[float] = None
+        if load is None:
+            scenario = reference_scenario(scenario, self.spec)
+            workload = self.reference_workload(scenario)
+            label = "reference"
+        else:
+            loaded = apply(workload, scenario.run, load, rate0)
+            scenario = scenario.model_copy(update={"run": loaded.run})
+            workload, offered, label = loaded.workload, loaded.offered_rate, load.label()
+        name = run.config.name
+        result = PointResult(name, source, label, load.value if load else None, repeat, self.workloads.seed(repeat),
+                             f"{root}/{name}/{label}/r{repeat}", offered_rate=offered)
+        return fan_out.PointJob(result, self.folder, backend, scenario, workload,
+                                self.figures if load is not None else self.reference_figures, sampler)
+
+    def finish_point(self, run: ConfigRun, result: PointResult, load: Optional[LoadPoint]) -> None:
+        """Judge a finished point's growth against the config's points before it, then add it to them."""
+        if load is not None and result.figures is not None and self.max_growth is not None and self.scenario.slo.task_s:
+            self._judge_growth(run, result, load.axis)
+        run.points.append(result)
+
+    def _judge_growth(self, run: ConfigRun, point: PointResult, axis: str) -> None:
+        """The growth check of `point` against the config's lowest-load point of the same repeat and axis
+        run before it (none: the SLO's targets alone decide)."""
+        lower = [p for p in run.points if p.ok and p.repeat == point.repeat and p.load is not None
+                 and p.label.startswith(f"{axis}-") and p.load < point.load]
+        if not lower:
+            return
+        baseline = min(lower, key=lambda p: p.load)
+        slo = self.scenario.slo
+        point.figures.judge_growth(baseline.figures, baseline.load, slo.task_s.item_bound() if slo.task_s else None,
+                                   self.max_growth)
+
+    def reference_workload(self, scenario: scenario_mod.Scenario) -> Workload:
+        """The reference run's fixed-shape workload (made once)."""
+        if self._reference is None:
+            self._reference = scenario_mod.load_workload(scenario)
+        return self._reference
+
+    # --- quality, calibration, twin, space ------------------------------------------------------------
+
+    def quality_check(self, config: Config, backend: LiveBackend) -> dict[str, Any]:
+        """The probes on `config`'s server (kept in quality/NAME.json), compared with the base's."""
+        spec = self.spec.quality
+        assert spec is not None
+        if config.kind == "emulator":
+            return {"status": "n/a", "probes": 0, "identical_share": None, "mean_common_prefix_tokens": None,
+                    "mean_abs_logprob_delta": None, "note": "the built-in emulator generates no model output"}
+        path = self.folder / "quality" / f"{config.name}.json"
+        outputs = quality.read(path)
+        if outputs is None:
+            try:
+                backend.ensure()
+                target = backend.client_target()
+                assert target is not None
+                requests = quality.probe_requests(self.workloads.get(0)[1], spec.probes)
+                outputs = asyncio.run(quality.run_probes(target, requests, spec, self.workloads.seed(0)))
+            except (PointError, quality.ProbeError) as exc:
+                return {"status": "failed", "probes": 0, "identical_share": None, "mean_common_prefix_tokens": None,
+                        "mean_abs_logprob_delta": None, "note": f"config {config.name}, quality probes: {exc}"}
+            quality.save(path, outputs)
+        if config.is_base:
+            return {"status": "base", "probes": len(outputs), "identical_share": 1.0,
+                    "mean_common_prefix_tokens": float(self.spec.quality.max_tokens), "mean_abs_logprob_delta": 0.0,
+                    "note": None}
+        base = next(c for c in self.configs if c.is_base)
+        base_outputs = quality.read(self.folder / "quality" / f"{base.name}.json")
+        if base_outputs is None:
+            return {"status": "n/a", "probes": len(outputs), "identical_share": None, "mean_common_prefix_tokens": None,
+                    "mean_abs_logprob_delta": None, "note": "the base config's probes did not run"}
+        return quality.compare(base_outputs, outputs, spec.flag_below)
+
+    def calibrate(self, backend: LiveBackend) -> None:
+        """Calibrate the twin profile on the base's server (once; kept in calibration/)."""
+        twin = self.spec.twin
+        assert twin is not None
+        folder = self.folder / "calibration"
+        self.calibrated = calibration.saved(folder)
+        if self.calibrated is not None:
+            return
+        try:
+            backend.ensure()
+        except PointError as exc:
+            self.say(f"twin calibration skipped: {exc}")
+            return
+        target = backend.client_target()
+        assert target is not None
+        base = load_profile(resolve_profile(twin.profile, self.spec.base_dir()))
+        began = time.perf_counter()
+        self.calibrated = calibration.calibrate(target, base, folder, repeat=twin.calibrate_repeat,
+                                                max_prompt=twin.calibrate_max_prompt)
+        self.say(f"twin calibrated on {target.base_url} in {time.perf_counter() - began:.1f} s: {folder}")
+
+    def twin_profile_source(self) -> Optional[str]:
+        """The profile live configs are on the twin: the calibrated one, else twin.profile."""
+        if self.calibrated is not None:
+            return str(self.folder / "calibration" / calibration.PROFILE_FILE)
+        return resolve_profile(self.spec.twin.profile, self.spec.base_dir()) if self.spec.twin else None
+
+    def predict(self) -> None:
+        """Each live config with a twin equivalent run on the twin (twin/NAME/...)."""
+        source = self.twin_profile_source()
+        for config in self.configs:
+            if not config.live or not config.has_twin_change or config.name not in self.runs:
+                continue
+            twin = replace(config, kind="twin", profile=config.profile or source, server=None, vllm=None, url=None,
+                           emulator=None)
+            self.run_config(twin, "twin", into=self.twin_runs, quality_check=False, reference=False)
+
+    def run_space(self, base: Config) -> list[Config]:
+        """Search the config space on the twin; the live configs of its best `top_k` (none on a twin base)."""
+        space = self.spec.space
+        assert space is not None
+        profile = resolve_profile(space.profile, self.spec.base_dir()) if space.profile else None
+        profile = profile or self.twin_profile_source() or base.profile
+        if profile is None:
+            raise InputError("a config space needs a twin profile: space.profile or twin.profile",
+                             file=self.spec.source, path="space.profile")
+        self.space = SpaceRun(profile, candidates(space))
+        for candidate in self.space.candidates:
+            config = twin_config(candidate, base, profile)
+            self.run_config(config, "twin/space", into=self.space.runs, quality_check=False, reference=False)
+        values = objective_values(self, self.space.runs)  # the objective as for the study's own configs
+        self.space.top = order_of({n: v.value for n, v in values.items()}, self.spec.objective)[:space.top_k]
+        if not base.live:
+            return []
+        chosen = [c for c in self.space.candidates if c.name in self.space.top]
+        return [live_config(c, base, space, self.spec.source) for c in chosen]
+
+
+def _progress(point: PointResult) -> str:
+    """One line about a finished point."""
+    head = f"{point.config}: {point.source} {point.label} r{point.repeat}"
+    if not point.ok:
+        return f"{head}: FAILED: {point.error}"
+    f = point.figures
+    slo = "" if f.slo_met is None else ("  SLO held" if f.slo_met else "  SLO missed")
+    return (f"{head}: {f.tasks_completed} tasks, {f.throughput_tasks_per_hour:,.1f} tasks/h, "
+            f"task p95 {f.task_p95_s:,.2f} s, TTFT p95 {f.ttft_p95_ms:,.1f} ms, "
+            f"{f.output_tokens_per_s:,.1f} tok/s{slo}  ({point.run_s:.1f} s)")

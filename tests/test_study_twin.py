@@ -1,0 +1,163 @@
+"""Studies on the twin: a study of two profiles end to end (reference run, sweep, capacity search, cost,
+ranking, study.json), the live vLLM study run on the twin only (`--twin`), a config space searched on
+the twin with its best two run live on the emulator, and the shipped study files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main as cli_main
+from simulator.sim.profile import load_profile
+from simulator.sim.shapes import fixed_shape_throughput
+from simulator.study import schema
+from simulator.study.configs import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TWIN_STUDY = """\
+name: twin-pair
+scenario: {scenario}
+set: [workload.transforms.gap_cap=0]
+slo:
+  task_s: {{p50: 1.5}}
+  ttft_ms: {{p95: 250}}
+configs:
+  base: {{name: wide, profile: tiny-vllm-cpu}}
+  variants:
+    - {{name: narrow, overlay: {{scheduler: {{max_num_seqs: 1}}}}}}
+load: {{axis: rate, points: [1, 4]}}
+capacity: {{low: 1, high: 4, precision: 0.05, repeats: 2}}
+repeats: 2
+reference: {{label: 64/32 x 8, synthetic: {{input_tokens: 64, output_tokens: 32, concurrency: 8, calls: 32}}}}
+cost: {{gpu_hour: 2.0, gpus: 2, api: {{input: 3.0, cached_input: 0.3, output: 15.0}}}}
+"""
+
+
+def run(args: list[str]) -> tuple[int, dict]:
+    code = cli_main(args)
+    out = Path(args[args.index("-o") + 1])
+    return code, json.loads((out / "study.json").read_text())
+
+
+def test_twin_study_of_two_profiles(tmp_path, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(TWIN_STUDY.format(scenario=ROOT / "scenarios" / "vllm" / "claude-code.yaml"))
+    code, study = run(["study", str(path), "-o", str(tmp_path / "out")])
+    assert code == 0 and study["complete"] and study["agentload_study"] == 1
+    wide, narrow = study["configs"]
+    assert narrow["differs_by"] == "scheduler.max_num_seqs=1" and narrow["kind"] == "twin"
+    # the reference run is the fixed-shape benchmark of the twin (sim.shapes) by another road
+    shape = fixed_shape_throughput(load_profile("tiny-vllm-cpu"), 8, 64, 32, rounds=4)
+    assert wide["reference"]["output_tokens_per_s"] == pytest.approx(shape.output_tokens_per_s, rel=0.01)
+    assert wide["reference"]["label"] == "64/32 x 8"
+    # sweep: each load run twice (repeat seeds 0 and 1), the same tasks at each rate
+    assert [(r["load"], r["repeats"]) for r in wide["sweep"]] == [(1, 2), (4, 2)]
+    seeds = {p["seed"] for p in wide["points"] if p["source"] == "sweep"}
+    assert seeds == {0, 1}
+    completed = {p["tasks_completed"] for p in wide["points"] if p["source"] == "sweep"}
+    assert completed == {7}
+    # capacity: one search per repeat, the CI around the estimate, per minute as well
+    for c in (wide, narrow):
+        cap = c["capacity"]
+        assert len(cap["repeats"]) == 2
+        if cap["rate_per_s"] is not None:
+            low, high = cap["ci_per_s"]
+            assert low <= cap["rate_per_s"] <= high and cap["per_min"] == pytest.approx(cap["rate_per_s"] * 60)
+    # one sequence at a time carries fewer sessions within the SLO
+    assert study["ranking"]["order"] == ["wide", "narrow"]
+    assert wide["rank"] == 1 and narrow["rank"] == 2
+    # cost: 2 GPUs at $2/h over the tasks per hour at the capacity; the API price from the tokens
+    cost = narrow["cost"]
+    assert cost["self_hosted_per_task"] == pytest.approx(4.0 / (narrow["capacity"]["rate_per_s"] * 3600))
+    assert cost["api_per_task"] > 0 and cost["utilisation_source"] == "twin engine busy share"
+    assert 0 < cost["utilisation"] <= 1
+    assert wide["quality"] is None and wide["gpu"]["available"] is False
+    assert "ranking: wide > narrow" in capsys.readouterr().out
+
+
+def test_the_live_vllm_study_runs_on_the_twin(tmp_path, capsys):
+    code, study = run(["study", str(ROOT / "studies" / "vllm-cpu.yaml"), "--twin", "-o", str(tmp_path / "out")])
+    assert code == 0
+    names = [c["name"] for c in study["configs"]]
+    assert names == ["default", "max-num-seqs-2"]  # bfloat16 changes only a flag: no twin equivalent
+    assert all(c["kind"] == "twin" for c in study["configs"])
+    assert "bfloat16: left out on the twin" in capsys.readouterr().err
+    assert study["ranking"]["order"] == ["default", "max-num-seqs-2"]
+
+
+SPACE_STUDY = """\
+name: space
+workload:
+  synthetic: {{input_tokens: 16, output_tokens: 4, concurrency: 40, calls: 40}}
+  stagger: 0.05
+slo:
+  task_s: {{p50: 0.3}}
+configs:
+  base:
+    name: emu
+    server:
+      argv: [{python}, -m, simulator, serve-emulator, --port, "{{port}}", --decode-base, "0.025"]
+      startup_timeout: 60
+load: {{axis: rate, points: [20]}}
+space:
+  profile: {profile}
+  grid: {{scheduler.max_num_seqs: [1, 2, 8]}}
+  args: {{scheduler.max_num_seqs: "--max-num-seqs {{value}}"}}
+  top_k: 2
+"""
+
+FIXED_STEP = """\
+name: fixed-step
+scheduler: {max_num_seqs: 4, max_num_batched_tokens: 8192, max_model_len: 4096}
+kv_cache: {block_size: 16, num_blocks: 100000, enable_prefix_caching: false}
+step_time: {fixed: 0.025}
+"""
+
+
+def test_config_space_on_the_twin_then_its_best_live(tmp_path):
+    profile = tmp_path / "fixed.yaml"
+    profile.write_text(FIXED_STEP)
+    path = tmp_path / "study.yaml"
+    path.write_text(SPACE_STUDY.format(python=sys.executable, profile=profile))
+    code, study = run(["study", str(path), "-o", str(tmp_path / "out")])
+    assert code == 0
+    space = study["space"]
+    ranks = {c["settings"]["scheduler.max_num_seqs"]: c["predicted_rank"] for c in space["candidates"]}
+    assert ranks[1] == 3  # one seat at 20 calls a second of 0.1 s each: the queue grows
+    top = [entry["name"] for entry in space["live"]]
+    assert len(top) == 2 and all(entry["measured_rank"] in (1, 2) for entry in space["live"])
+    live = {c["name"]: c for c in study["configs"]}
+    assert set(top) <= set(live)  # the best two ran live, the base's server with their flags
+    for name in top:
+        assert live[name]["differs_by"].startswith("--max-num-seqs ")
+        assert live[name]["server"]["starts"] == 1
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "studies").glob("*.yaml")))
+def test_shipped_study_files_are_valid(name):
+    spec = schema.load(ROOT / "studies" / name)
+    configs = resolve(spec)
+    assert configs[0].is_base and len({c.name for c in configs}) == len(configs)
+    if spec.scenario:
+        assert (spec.base_dir() / spec.scenario).resolve().is_file()
+
+
+def test_the_synthetic_workload_in_a_plain_scenario(tmp_path):
+    from simulator import scenario as sc
+
+    text = "workload: {synthetic: {input_tokens: 512, output_tokens: 64, concurrency: 4, calls: 10}}\n"
+    workload = sc.load_workload(sc.parse(text, "s.yaml"))
+    # four closed-loop streams arriving at once, the ten calls spread 3/3/2/2, no prefix sharing
+    assert [len(t.calls) for t in workload.tasks] == [3, 3, 2, 2]
+    assert {t.arrival for t in workload.tasks} == {0.0}
+    assert all(c.hash_ids == () and (c.input_tokens, c.output_tokens) == (512, 64) for c in workload.all_calls())
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert cli_main(["simulate", str(path), "-p", "tiny-vllm-cpu", "-o", str(tmp_path / "sim")]) == 0
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert summary["completed"] == 10 and summary["total_output_tokens"] == 640
+    assert summary.get("total_cached_tokens", 0) == 0  # every prompt unique
