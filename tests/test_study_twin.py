@@ -46,8 +46,11 @@ def run(args: list[str]) -> tuple[int, dict]:
 def test_twin_study_of_two_profiles(tmp_path, capsys):
     path = tmp_path / "study.yaml"
     path.write_text(TWIN_STUDY.format(scenario=ROOT / "scenarios" / "vllm" / "claude-code.yaml"))
-    code, study = run(["study", str(path), "-o", str(tmp_path / "out")])
+    code, study = run(["study", str(path), "-o", str(tmp_path / "out"), "--html", "--csv", str(tmp_path / "csv")])
     assert code == 0 and study["complete"] and study["agentload_study"] == 1
+    # the study command writes the study's report files as run and simulate write theirs
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<svg" in page and "narrow" in page and (tmp_path / "csv" / "study_points.csv").exists()
     wide, narrow = study["configs"]
     assert narrow["differs_by"] == "scheduler.max_num_seqs=1" and narrow["kind"] == "twin"
     # the reference run is the fixed-shape benchmark of the twin (sim.shapes) by another road

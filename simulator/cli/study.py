@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .report import add_output_options, write_outputs
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -25,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run independent points (twin configs', the built-in emulator's) as Ray tasks at once "
                         "on the cluster at ADDRESS (default: RAY_ADDRESS, a local `ray start`, else a new local one); "
                         "the folder and study.json are as without. Needs pip install 'agentload[ray]'; see docs/study.md")
+    add_output_options(parser, "STUDY_DIR/report.html")
     parser.set_defaults(func=study_command)
 
 
@@ -36,6 +39,7 @@ def study_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..metrics import results
+    from ..report.terminal import output_console
     from ..study import schema
     from ..study.result import study_json
     from ..study.runner import StudyRunner
@@ -56,6 +60,7 @@ def study_command(args: argparse.Namespace) -> int:
         console.print(f"agentload: study interrupted; finished points kept in {folder} (run it again to go on)")
         return 130
     study = json.loads((folder / "study.json").read_text())
-    print_study(study, Console(width=None if Console().is_terminal else 240))
+    print_study(study, output_console())
     print(f"study.json: {folder / 'study.json'}")
+    write_outputs(args, [folder])
     return 1 if study["failed_points"] else 0
