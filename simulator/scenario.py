@@ -295,8 +295,26 @@ def load(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
 
 def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
     """Validate scenario YAML text; `source` names it in errors and anchors relative paths."""
+    data, node, set_keys = read_mapping(text, source, overrides, "a scenario",
+                                        "a scenario must be a mapping (workload, target, run, slo)")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise describe_error(exc, node, source, set_keys) from None
+    except RecursionError:
+        raise InputError("a value is nested too deeply to be a scenario setting", file=source) from None
+    scenario._source = source
+    _resolve_emulator_profile(scenario, node, source)
+    return scenario
+
+
+def read_mapping(text: str, source: str, overrides: Sequence[str], what: str,
+                 not_a_mapping: str) -> tuple[dict, Any, set[str]]:
+    """A YAML file's mapping (for a scenario, or a study that embeds one), with its `--set KEY=VALUE`
+    overrides applied: (data, the YAML node that locates lines in errors, the keys set). `what` names
+    the file in errors ("a scenario"); `not_a_mapping` is the error when the top level is no mapping."""
     if _too_deep(text):
-        raise InputError(f"YAML nested more than {MAX_NESTING} levels deep: not a scenario", file=source)
+        raise InputError(f"YAML nested more than {MAX_NESTING} levels deep: not {what}", file=source)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -306,23 +324,13 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
         raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=source,
                          line=mark.line + 1 if mark else None) from None
     except RecursionError:  # PyYAML composes nested nodes recursively
-        raise InputError("YAML nested too deeply to be a scenario", file=source) from None
+        raise InputError(f"YAML nested too deeply to be {what}", file=source) from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise InputError("a scenario must be a mapping (workload, target, run, slo)", file=source)
-    set_keys = set()
-    for item in overrides:
-        set_keys.add(_apply_override(data, item, source))
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise _describe(exc, node, source, set_keys) from None
-    except RecursionError:
-        raise InputError("a value is nested too deeply to be a scenario setting", file=source) from None
-    scenario._source = source
-    _resolve_emulator_profile(scenario, node, source)
-    return scenario
+        raise InputError(not_a_mapping, file=source)
+    set_keys = {_apply_override(data, item, source) for item in overrides}
+    return data, node, set_keys
 
 
 def _resolve_emulator_profile(scenario: Scenario, root: Any, source: str) -> None:
@@ -426,7 +434,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _describe(exc: ValidationError, root: Any, source: str, set_keys: set[str]) -> InputError:
+def describe_error(exc: ValidationError, root: Any, source: str, set_keys: set[str]) -> InputError:
     """The first validation problem as an InputError with YAML path and line."""
     errors = exc.errors()
     # a value that matches no branch of a union gets one error per branch: the deepest is the useful one

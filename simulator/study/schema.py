@@ -12,13 +12,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import InputError
 from ..metrics.slo import Slo
 # the scenario loader's YAML-path and line helpers, so that both files report errors alike
-from ..scenario import RunSpec, SyntheticSpec, WorkloadSpec, _apply_override, _describe
+from ..scenario import RunSpec, SyntheticSpec, WorkloadSpec, describe_error, read_mapping
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Config names become folder names."""
@@ -356,22 +355,13 @@ def load(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
 
 def parse(text: str, source: str, overrides: Sequence[str] = ()) -> StudySpec:
     """Validate study YAML text; `source` names it in errors and anchors relative paths."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=source,
-                         line=mark.line + 1 if mark else None) from None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise InputError("a study must be a mapping (scenario or workload, configs, load or capacity)", file=source)
-    set_keys = {_apply_override(data, item, source) for item in overrides}
+    data, node, set_keys = read_mapping(
+        text, source, overrides, "a study", "a study must be a mapping (scenario or workload, configs, load or capacity)")
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
-        raise _describe(exc, node, source, set_keys) from None
+        raise describe_error(exc, node, source, set_keys) from None
+    except RecursionError:
+        raise InputError("a value is nested too deeply to be a study setting", file=source) from None
     spec._source = source
     return spec
