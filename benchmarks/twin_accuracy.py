@@ -4,7 +4,7 @@
 2. Calibrate: `agentload calibrate` runs the fixed-shape sweep only (bursts of identical requests) and
    writes the calibrated profile (or take `--profile FILE` and skip this).
 3. For each held-back scenario (scenarios/accuracy/*.yaml: token-scaled Claude Code sessions at two
-   load levels, a bursty Azure sample) and each repeat: `agentload run` against the server, then
+   load levels, a bursty Azure sample, bursts of long Mooncake prompts) and each repeat: `agentload run` against the server, then
    `agentload simulate` of the same scenario and seed on the calibrated profile.
 4. Print predicted vs measured for each figure with the ratio and the target band:
    output throughput ±10%, p50 and p95 task completion time ±10%, p95 TTFT ±15%.
@@ -23,6 +23,11 @@ chance coincidences of arrivals and steps; pooling the repeats steadies it.
     .venv/bin/python benchmarks/twin_accuracy.py                       # start a server, calibrate, compare
     .venv/bin/python benchmarks/twin_accuracy.py --target http://127.0.0.1:8000 --profile tiny-vllm-cpu
     .venv/bin/python benchmarks/twin_accuracy.py --report results/twin-accuracy/DATE   # re-print a table
+    .venv/bin/python benchmarks/twin_accuracy.py --probe --repeat 2      # short calls under decode load
+
+`--probe` sends short calls (32 tokens) and long prefills (2,048) every 0.4 s while 0, 16, 48 or 96
+streams decode 600 tokens each, and sets their TTFT and the streams' ITL beside the twin's for the
+same arrivals: the figures behind "short calls under load are slower than predicted".
 """
 
 from __future__ import annotations
@@ -174,6 +179,95 @@ def server(args: argparse.Namespace):
         yield srv.base_url
 
 
+PROBE_STREAMS = (0, 16, 48, 96)
+"""Streams decoding while the probes are sent (`--probe`)."""
+PROBE_CALLS = ((32, 2), (32, 2), (2048, 2), (32, 2), (32, 2), (2048, 2), (32, 2), (32, 2))
+"""The probes: short calls and long prefills, one every `PROBE_SPACING` seconds."""
+PROBE_SPACING = 0.4
+PROBE_STREAM = (64, 600)
+"""Prompt and output tokens of each stream."""
+
+
+def probe_twin(profile, streams: int) -> dict:
+    """The probe experiment on the twin: the same streams and probes at the same times."""
+    import simpy
+
+    from simulator.sim.twin import Twin
+
+    env = simpy.Environment()
+    twin = Twin(env, profile, fast_decode=False)
+    out: dict = {"probes": [], "itl": []}
+    start = 1.5 if streams else 0.2
+
+    def stream():
+        out["itl"].append((yield twin.submit(*PROBE_STREAM)).itl_mean)
+
+    def probe(j, p, o):
+        yield env.timeout(start + PROBE_SPACING * j)
+        out["probes"].append((j, p, (yield twin.submit(p, o)).ttft))
+
+    for _ in range(streams):
+        env.process(stream())
+    for j, (p, o) in enumerate(PROBE_CALLS):
+        env.process(probe(j, p, o))
+    env.run()
+    return out
+
+
+async def probe_real(url: str, streams: int, tag: str) -> dict:
+    """The probe experiment on the server: `streams` long decodes, then the probes while they run."""
+    from simulator.behaviour import CallRequest
+    from simulator.live.client import Client, Target
+    from simulator.workload import Call
+
+    out: dict = {"probes": [], "itl": []}
+    async with Client(Target(base_url=url, vocab_size=1024), time.perf_counter()) as client:
+        t0, start = client.t0, (1.5 if streams else 0.2)
+
+        async def stream(i):
+            record, _ = await client.send(CallRequest(f"{tag}-s{i}", "stream", 0, Call(*PROBE_STREAM)),
+                                          time.perf_counter() - t0)
+            out["itl"].append(record.itl_mean)
+
+        async def probe(j, p, o):
+            await asyncio.sleep(max(0.0, start + PROBE_SPACING * j - (time.perf_counter() - t0)))
+            record, _ = await client.send(CallRequest(f"{tag}-p{j}", "probe", 0, Call(p, o)),
+                                          time.perf_counter() - t0)
+            out["probes"].append((j, p, record.ttft))
+
+        await asyncio.gather(*(stream(i) for i in range(streams)),
+                             *(probe(j, p, o) for j, (p, o) in enumerate(PROBE_CALLS)))
+    return out
+
+
+def probe_figures(run: dict) -> tuple[float, float, float]:
+    """Median TTFT of the short probes and of the long ones (ms), median stream ITL (ms)."""
+    short = [t for _, p, t in run["probes"] if p < 100 and t is not None]
+    long = [t for _, p, t in run["probes"] if p >= 100 and t is not None]
+    itl = [v for v in run["itl"] if v]
+    return (statistics.median(short) * 1e3, statistics.median(long) * 1e3,
+            statistics.median(itl) * 1e3 if itl else float("nan"))
+
+
+def probe(url: str, profile_name: str, repeat: int) -> None:
+    """Short calls and long prefills sent while 0 to 96 streams decode, on the server and on the twin:
+    where the twin misses what load does to a short call's first token."""
+    profile = load_profile(profile_name)
+    real: dict[int, list] = {}
+    for r in range(repeat):
+        for streams in PROBE_STREAMS:
+            run = asyncio.run(probe_real(url, streams, f"probe-{time.time_ns()}-{r}"))
+            real.setdefault(streams, []).append(probe_figures(run))
+    print(f"profile {profile_name}; {repeat} runs each, medians; load average now {load_average()}")
+    print(f"{'streams':>7s} {'short TTFT ms real':>19s} {'twin':>7s} {'2048-token TTFT ms real':>24s} {'twin':>7s} "
+          f"{'stream ITL ms real':>19s} {'twin':>7s}")
+    for streams in PROBE_STREAMS:
+        measured = [statistics.median(values) for values in zip(*real[streams])]
+        predicted = probe_figures(probe_twin(profile, streams))
+        print(f"{streams:7d} {measured[0]:19.1f} {predicted[0]:7.1f} {measured[1]:24.1f} {predicted[1]:7.1f} "
+              f"{measured[2]:19.2f} {predicted[2]:7.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", help="a running server (default: start the tiny model on vLLM's CPU build)")
@@ -189,7 +283,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, help="seed of the first run (default: from the clock)")
     parser.add_argument("--output", default=str(ROOT / "results" / "twin-accuracy"), help="result folder")
     parser.add_argument("--report", metavar="DIR", help="only print the table of a finished benchmark folder")
+    parser.add_argument("--probe", action="store_true",
+                        help="instead: short calls and long prefills sent while 0 to 96 streams decode, on the "
+                        "server and on the twin of --profile (default tiny-vllm-cpu), --repeat runs each")
     args = parser.parse_args()
+    if args.probe:
+        with server(args) as url:
+            probe(url, args.profile or "tiny-vllm-cpu", args.repeat)
+        return 0
     if args.report:
         folder = Path(args.report)
         calibrated = folder / "tiny-vllm-cpu-calibrated.yaml"

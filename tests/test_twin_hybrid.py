@@ -137,9 +137,10 @@ def test_snapshots_take_pool_blocks_and_are_evicted_before_the_prompt_they_serve
     first = tuple(range(1, 81))
     serve(kv, first, 5120)  # ends at its first token: its checkpoint is freed with it, before its blocks
     assert kv.cached == 20 + 2 and kv.evictable == 22  # 20 attention blocks, one snapshot (2 blocks)
-    assert kv.take(kv.fresh + 1)  # one block more than the fresh ones: the snapshot's first block goes
+    other = HybridHolding((), 0, 0)
+    assert kv.grow(other, (kv.fresh + 1) * B)  # a block more than the fresh ones: the snapshot's first goes
     assert kv.evictions == 1 and kv.cached == 21
-    kv.give_back(kv.private)
+    kv.release(other)
     # the attention blocks are all still cached, but without the state the hit is gone: a junction
     hit, _, junction = serve(kv, first + tuple(range(81, 101)), 6450)
     assert hit == 0 and junction == 5120

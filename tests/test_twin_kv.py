@@ -1,4 +1,6 @@
-"""The twin's KV cache: trace blocks onto KV blocks, references, splitting, LRU eviction order."""
+"""The twin's KV cache: trace blocks onto KV blocks, references, splitting, LRU eviction order, dead
+blocks and second copies as vLLM's block pool keeps them (held against vLLM's own classes in
+tests/integration/test_vllm_kv_cache.py)."""
 
 from __future__ import annotations
 
@@ -88,6 +90,50 @@ def test_a_partial_match_splits_the_node_and_keeps_blocks_counted_once():
     assert matched_blocks(kv, (1, 2, 8), 16, 64) == 3
 
 
+def test_full_blocks_no_hash_id_keys_stay_cached_dead_in_their_place():
+    kv = KVCache(10, 16)
+    a = hold(kv, (1, 2), 16, 40)  # 2 keyed blocks and the partial third
+    assert kv.grow(a, 80)  # decoded to 80 tokens: 5 blocks, 4 of them full
+    kv.release(a, computed=79)
+    # blocks 3 and 4 were full (vLLM hashed them): dead in the queue before the keyed ones; the
+    # partial fifth is fresh
+    assert kv.cached == 4 and kv.evictable == 4 and kv.fresh == 6
+    b = hold(kv, (7, 8), 16, 16 * 8)  # 8 blocks: the 6 fresh ones, then the queue's front
+    assert kv.evictions == 2 and matched_blocks(kv, (1, 2), 16, 48) == 2  # only dead blocks went
+    kv.release(b, computed=16 * 8)
+    assert kv.grow(Holding((), 0, 0), 16 * 2) and kv.evictions == 4  # then a's tail (the conversation)
+    assert matched_blocks(kv, (1, 2), 16, 48) == 0
+
+
+def test_computing_a_cached_run_again_takes_its_place_and_leaves_the_old_copy_dead():
+    kv = KVCache(20, 16)
+    kv.release(hold(kv, (1, 2, 3, 4), 16, 64), computed=64)
+    old = kv.lru.copy()
+    # a request whose hit stops short (here: no lookup at all) computes the same run again
+    again = Holding((1, 2, 3, 4), 16, 64)
+    assert kv.grow(again, 64)
+    assert again.redone == 4 and again.dup == 0 and kv.cached == 8  # two copies: its own and the old one
+    assert list(kv.lru) == list(old) and next(iter(kv.lru)).parent is None  # the old copy: dead, in place
+    assert matched_blocks(kv, (1, 2, 3, 4), 16, 80) == 4
+    # a run another request holds: the copy is the request's own (dup), dead when it ends
+    copy = Holding((1, 2, 3, 4), 16, 64)
+    assert kv.grow(copy, 64) and copy.dup == 4 and kv.cached == 8 and kv.private == 4
+    kv.release(copy, computed=64)
+    assert kv.cached == 12 and kv.private == 0
+    kv.release(again, computed=64)
+    assert kv.evictable == 12
+
+
+def test_a_prompt_ending_inside_a_cached_run_keys_it_only_whole():
+    kv = KVCache(20, 16)
+    kv.release(hold(kv, (1, 2, 3, 4, 5, 6), 16, 96), computed=96)
+    part = Holding((1, 2, 3, 4, 5, 6), 16, 96)
+    assert kv.grow(part, 40) and part.keyed_tb == 0 and part.private == 3  # chunk ends inside: not cut
+    assert kv.grow(part, 96) and part.keyed_tb == 6 and part.redone == 6
+    kv.release(part, computed=96)
+    assert len([n for n in kv.lru if n.parent is not None]) == 1  # still one run
+
+
 def test_without_prefix_caching_every_block_is_private():
     kv = KVCache(4, 16, prefix_caching=False)
     h = hold(kv, (1, 2), 16, 32)
@@ -124,7 +170,7 @@ def _paths(cache):
 
 def test_runs_sharing_prompt_tuples_stay_exact_through_growth_splits_and_eviction():
     """Nodes keep a reference to a prompt's id tuple instead of copying their run: after random growth
-    in place, partial matches (splits), sealed continuations and evictions, every held request's path
+    in place, partial matches (splits), runs computed again and evictions, every held request's path
     spells its own ids and every lookup finds the longest cached prefix a brute-force search finds."""
     rng = np.random.default_rng(7)
     cache = KVCache(num_blocks=120, block_size=16, prefix_caching=True)

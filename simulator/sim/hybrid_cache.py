@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from .hybrid import checkpoint_inside, checkpoint_position, replay_boundaries
-from .kv_cache import Holding, KVCache, _Dead, _Node
+from .kv_cache import Holding, KVCache, _common, _Dead, _Node
 
 
 class _Snap:
@@ -318,12 +318,8 @@ class HybridKVCache(KVCache):
         self.cached += self.groups
         self.snapshots += 1
         x = position // h.tb if h.tb else 0
-        if x < 1 or x > h.keyed_tb:
-            return unit
-        node = h.node
-        while node is not None and node.start >= x:
-            node = node.parent
-        if node is None or node.parent is None:
+        node = self._path_node(h, x) if x >= 1 else None
+        if node is None:
             return unit
         snaps = node.snaps
         if snaps is None:
@@ -333,6 +329,31 @@ class HybridKVCache(KVCache):
             unit.node = node
             unit.alive = True
         return unit
+
+    def _path_node(self, h: HybridHolding, x: int) -> Optional[_Node]:
+        """The tree node holding trace block x - 1 of the request's prompt: on its held path, or on a
+        run it computed again that agrees with its ids so far (not yet keyed by it); None if none."""
+        if x > len(h.ids):
+            return None
+        if x <= h.keyed_tb:
+            node = h.node
+            while node is not None and node.start >= x:
+                node = node.parent
+            return node if node is not None and node.parent is not None else None
+        node = h.node if h.node is not None else self.roots.get(h.tb)
+        pos = h.keyed_tb
+        ids = h.ids
+        while node is not None:
+            child = node.children.get(ids[pos])
+            if child is None:
+                return None
+            n = min(child.n, x - pos)
+            if _common(ids, child.src, pos, n) < n:
+                return None
+            if child.start + child.n >= x:
+                return child
+            node, pos = child, pos + child.n
+        return None
 
     # ---- the queue --------------------------------------------------------------------------
 

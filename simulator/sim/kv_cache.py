@@ -18,18 +18,20 @@ no fresh block is left, least recently freed first. A request frees its blocks l
 a conversation's newest turn goes before its shared root. vLLM hashes every *full* block a request
 computed, so when a request ends its full blocks that no hash id keys here (generated tokens, a prompt
 without hash ids) stay cached as *dead* blocks: they take their place in the queue and are evicted
-in turn, but nothing can hit them. The queue's entries are tree nodes (trimmed from their tail block
-by block) and dead nodes (`parent` None).
+in turn, but nothing can hit them. The queue is `lru` (tree nodes, trimmed from their tail block by
+block, and nodes that left the tree) merged by place with `dead` (dead blocks, kept apart because
+there are many); dead blocks at the front of the queue leave it whole and are counted as evicted as
+they are used (`prepaid`).
 
-A request that computes blocks another request already cached (its lookup stopped short of them, or
-they were cached after it was admitted) takes over their place in the tree as vLLM caches a second
-copy under the same hash: an unreferenced node is handed to the request and its old copy stays in
-the queue, dead, where it was (`spare` blocks behind a node that kept part of it); blocks another
-request holds stay with it and the request's copies are `dup` blocks, dead when it ends. vLLM keeps
-both copies under one hash and hands a later hit the first one cached: where that is the old copy
-in the queue while the recomputing request still runs, vLLM takes it out of the queue and the twin
-shares the new one, so for that while vLLM has those blocks fewer free (`redone` and `dup` bound the
-difference); which blocks a prefix can be hit on, and every eviction, stay the same.
+A request that computes blocks already cached (its hit stopped short of them, or they were cached
+after it was admitted) adds a second copy, as vLLM does under the same hash. It takes over the
+run's place in the tree once it has computed the whole run (a run its prompt ends inside is not split
+at its chunk ends): an unreferenced run becomes its own and the old copy stays in the queue, dead,
+where it was (`spare` blocks behind a node that kept part of it); the copy of a run another request
+holds is `dup` blocks, dead when it ends. vLLM hands a later hit the first copy cached: where that is
+the old copy in the queue while the recomputing request still runs, vLLM takes it out of the queue and
+the twin shares the new one, so for that while vLLM has those blocks fewer free (`redone` and `dup`
+bound the difference); which blocks a prefix can be hit on, and every eviction, stay the same.
 """
 
 from __future__ import annotations
@@ -297,8 +299,7 @@ class KVCache:
             target = usable
         dup = 0
         if target > keyed_tb:
-            dup = self._extend(h, target)
-            keyed_tb = target
+            keyed_tb, dup = self._extend(h, target)
         keyed = keyed_tb * h.tb // self.block_size
         self.cached += keyed - h.keyed_tb * h.tb // self.block_size - dup
         h.keyed_tb = keyed_tb
@@ -324,8 +325,7 @@ class KVCache:
             target = usable
         dup = 0
         if target > keyed_tb:
-            dup = self._extend(h, target)
-            keyed_tb = target
+            keyed_tb, dup = self._extend(h, target)
         keyed = keyed_tb * h.tb // self.block_size
         self.cached += keyed - h.keyed_tb * h.tb // self.block_size - dup
         h.keyed_tb = keyed_tb
@@ -356,10 +356,6 @@ class KVCache:
                 self.prepaid = prepaid - used
         self.private += blocks
         return True
-
-    def give_back(self, blocks: int) -> None:
-        """Free `blocks` private blocks taken with `take` (without a hash: they become fresh)."""
-        self.private -= blocks
 
     def release(self, h: Holding, computed: int = 0) -> None:
         """Free a request that computed `computed` tokens, last block first: its full private blocks
@@ -403,9 +399,10 @@ class KVCache:
 
     # ---- tree surgery -----------------------------------------------------------------------
 
-    def _extend(self, h: Holding, target: int) -> int:
-        """Add the request's trace blocks up to `target` to the tree; returns the KV blocks of runs
-        other requests hold that it computed again (its dup copies). A leaf only this request holds
+    def _extend(self, h: Holding, target: int) -> tuple[int, int]:
+        """Add the request's trace blocks up to `target` to the tree; returns how far they are keyed now
+        and the KV blocks of runs other requests hold that it computed again (its dup copies). A leaf
+        only this request holds
         grows in place, so a conversation stays one node turn after turn; runs already in the tree
         (cached after its lookup, or beyond where its lookup stopped) are taken over, not repeated."""
         node = h.node
@@ -414,7 +411,7 @@ class KVCache:
             node.src = h.ids
             node.n = target - node.start
             node.size = target * node.tb // self.block_size - node.start * node.tb // self.block_size
-            return 0
+            return target, 0
         ids, tb, bs = h.ids, h.tb, self.block_size
         parent = node
         if parent is None:
@@ -424,31 +421,73 @@ class KVCache:
         pos = h.keyed_tb
         dup = 0
         while pos < target:
+            # A node only this request holds (ref 1) and that it ends is its own: it grows in place,
+            # so taking over a run after a short hit adds no node (paths stay short).
+            own = parent.ref == 1 and parent.parent is not None
             child = parent.children.get(ids[pos])
             if child is None:
-                child = _Node(parent, ids, pos, target - pos, tb)
-                child.ref = 1
-                child.size = target * tb // bs - pos * tb // bs
-                parent.children[ids[pos]] = child
-                parent, pos = child, target
+                if own and not parent.children:
+                    parent.src = ids
+                    parent.n = target - parent.start
+                    parent.size = target * tb // bs - parent.start * tb // bs
+                else:
+                    child = _Node(parent, ids, pos, target - pos, tb)
+                    child.ref = 1
+                    child.size = target * tb // bs - pos * tb // bs
+                    parent.children[ids[pos]] = child
+                    parent = child
+                pos = target
                 break
             n = child.n if child.n < target - pos else target - pos
             k = _common(ids, child.src, pos, n)
+            if k == n < child.n:
+                # The request's blocks end inside a run it agrees with so far: it keys them once it has
+                # the whole run (or parts from it), so chunk ends do not cut the run into pieces.
+                break
             if child.ref:  # held by others: the request's blocks are copies of theirs
                 if k < child.n:
                     child = self._split(child, k)
                 child.ref += 1
                 dup += child.size
+            elif k < child.n:
+                child = self._take_head(child, k)
+                h.redone += child.size
+            elif own and len(parent.children) == 1:
+                h.redone += self._absorb(parent, child, ids)
+                pos += k
+                continue
             else:
-                if k < child.n:
-                    child = self._take_head(child, k)
-                else:
-                    child = self._swap(child, child.size + child.spare)
-                    child.ref = 1
+                child = self._swap(child, child.size + child.spare)
+                child.ref = 1
                 h.redone += child.size
             parent, pos = child, pos + k
         h.node = parent
-        return dup
+        return pos, dup
+
+    def _absorb(self, parent: _Node, child: _Node, ids: tuple) -> int:
+        """Join an unreferenced only child to the run before it, which its one holder computes again:
+        the child's old copies stay where they are in the queue, dead. Returns the blocks joined."""
+        bs, tb = self.block_size, parent.tb
+        before = parent.size
+        parent.src = ids
+        parent.n += child.n
+        parent.size = (parent.start + parent.n) * tb // bs - parent.start * tb // bs
+        children = parent.children = child.children
+        for grandchild in children.values():
+            grandchild.parent = parent
+        snaps = child.snaps
+        if snaps:
+            if parent.snaps is None:
+                parent.snaps = {}
+            for k, snap in snaps.items():
+                parent.snaps[k] = snap
+                snap.node = parent
+        child.parent = None  # dead now, in its place in the queue
+        child.children = {}
+        child.snaps = None
+        child.size += child.spare
+        child.spare = 0
+        return parent.size - before
 
     def _swap(self, old: _Node, dead: int) -> _Node:
         """Give `old`'s place in the tree to a new node and leave `old` where it is in the queue as a
