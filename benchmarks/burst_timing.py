@@ -178,11 +178,14 @@ if __name__ == "__main__":
                         help="shard counts of the Ray modes (comma-separated; empty: none)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="cold,process", help="single-process modes to run (cold, process)")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the event loop of the single-process modes (agentload run's is asyncio's; uvloop "
+                             "reads sockets itself, so no kernel receive stamps reach the client)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
-    try:
+    if args.loop == "uvloop":
         import uvloop
 
         uvloop.run(main(args))
-    except ImportError:
+    else:
         asyncio.run(main(args))

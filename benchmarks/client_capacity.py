@@ -200,7 +200,9 @@ if __name__ == "__main__":
     parser.add_argument("--think", type=float, default=0.005, help="tool gap between a stream's calls, s")
     parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start (not measured)")
     parser.add_argument("--zero", action="store_true", help="also run against a zero-delay emulator")
-    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the client's event loop (agentload run's is asyncio's, which passes on the kernel's "
+                             "receive stamps; uvloop does not)")
     parser.add_argument("--pin", action="store_true", help="emulator on the first core, client on the last")
     args = parser.parse_args()
     print(f"client loop: {args.loop}; cores: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f}")

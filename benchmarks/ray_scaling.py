@@ -16,11 +16,14 @@ shard(s)`` (`agentload run --ray` with run.workers N). Printed per mode:
   replay, per token of the whole replay) and the shards' share of a core: robust on a shared machine,
   where wall-clock figures include waiting for a CPU;
 - client lag, TTFT error and ITL error at p50 and p99 (from the run's summary: its histograms);
-- for 2 shards: scaling efficiency = tokens/s with 2 shards / (2 x tokens/s with 1 shard).
+- for 2 shards, two scaling efficiencies: in tokens/s (tokens/s with 2 shards / (2 x tokens/s with 1
+  shard)), which needs a core per shard and a server that is not the limit, and per core (client CPU
+  per token with 1 shard / with 2 shards): the share of one shard's rate each of two shards keeps when
+  each has a core of its own, which holds on a machine where the first does not.
 
 All processes (emulator, shards, Ray's own) share this machine's cores: with 2 cores the emulator
-takes one, so two shards cannot both get a whole core, and the efficiency says how far that is from 1.
-The load average is printed.
+takes one, so two shards cannot both get a whole core, and the tokens/s efficiency says how far that
+is from 1. The load average is printed.
 """
 
 from __future__ import annotations
@@ -119,8 +122,9 @@ async def main(args: argparse.Namespace) -> None:
                 print(line(label, figures[shards], args.zero), flush=True)
             if 1 in figures and 2 in figures and figures[1]["tokens_s"]:
                 print(f"  scaling efficiency, 2 shards over 1: {figures[2]['tokens_s'] / (2 * figures[1]['tokens_s']):.2f}"
-                      f" (tokens/s); client CPU per token {figures[2]['us_per_token']:.1f} vs "
-                      f"{figures[1]['us_per_token']:.1f} us", flush=True)
+                      f" in tokens/s, {figures[1]['us_per_token'] / figures[2]['us_per_token']:.2f} per core "
+                      f"(client CPU per token {figures[2]['us_per_token']:.1f} vs {figures[1]['us_per_token']:.1f} us)",
+                      flush=True)
     ray.shutdown()
 
 
@@ -138,9 +142,4 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.zero:
         args.ttft = args.itl = 0.0
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main(args))
-    else:
-        uvloop.run(main(args))
+    asyncio.run(main(args))  # agentload run's loop (kernel receive stamps reach the client through it)

@@ -34,11 +34,7 @@ async def main():
     async with run_emulator(ttft={ttft}, itl={itl}, max_num_seqs=100000) as url:
         print(url, flush=True)
         await asyncio.Event().wait()
-try:
-    import uvloop; uvloop.install()
-except ImportError:
-    pass
-asyncio.run(main())
+asyncio.run(main())  # asyncio's loop, as serve-emulator: requests timed from their kernel arrival stamp
 """
 
 
@@ -139,12 +135,7 @@ def main() -> None:
     parser.add_argument("--same-process", action="store_true")
     parser.add_argument("--pin", action="store_true", help="emulator on the first core, client on the last")
     args = parser.parse_args()
-    try:
-        import uvloop
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
+    with asyncio.Runner() as runner:  # agentload run's loop
         if args.same_process:
             sink = runner.run(same_process(args))
         else:

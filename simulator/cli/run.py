@@ -64,15 +64,6 @@ def _share(text: str) -> float:
     return value
 
 
-def event_loop_runner() -> asyncio.Runner:
-    """An asyncio runner on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-
-
 def run_command(args: argparse.Namespace) -> int:
     from .. import scenario as scenario_mod
     from ..live.client import PreflightError
@@ -102,7 +93,9 @@ def run_command(args: argparse.Namespace) -> int:
 
         run_scenario = functools.partial(run_sharded, address=args.ray or None)  # noqa: F811
     try:
-        with event_loop_runner() as runner, Live(view, console=console, refresh_per_second=4,
+        # asyncio's own loop, not uvloop: its reads go through the socket objects, which keep the
+        # kernel's receive stamps (`simulator.rx_stamps`)
+        with asyncio.Runner() as runner, Live(view, console=console, refresh_per_second=4,
                                                  transient=False) if show else _Null() as _:
             summary, outcome = runner.run(run_scenario(
                 scenario, workload, Path(folder), on_progress=view.update, preflight=not args.no_preflight,

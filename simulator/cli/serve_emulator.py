@@ -101,14 +101,10 @@ async def serve(settings: EmulatorSettings, host: str, port: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    # asyncio's own loop, not uvloop: it reads through the socket objects, so a request's clock starts
+    # at the kernel's arrival stamp (`simulator.rx_stamps`), not when the loop got to it.
     try:
-        import uvloop  # optional: the 'fast' extra
-
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    try:
-        runner(serve(settings, args.host, args.port))
+        asyncio.run(serve(settings, args.host, args.port))
     except KeyboardInterrupt:
         print("agentload emulator stopped", file=sys.stderr)
     return 0

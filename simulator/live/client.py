@@ -16,8 +16,11 @@ Calls go over one aiohttp session with one shared connector (keep-alive reuse, a
 token): a call whose server has sent nothing for ``stall_timeout`` since the request went out or since
 its last byte fails as ``stall``, found within a quarter of ``stall_timeout`` (at most a second) after.
 Body bytes are taken in aiohttp's protocol callback as they arrive (see `_read_stream`), each chunk
-split into events timed when it came in; events that came in one chunk share its time (they arrived
-together).
+split into events timed when it came in: by the kernel's receive stamp of the read that returned it
+(`simulator.rx_stamps`; the event loop's reading order and a CPU taken by other processes then do not
+add to a token's time), else when it was read. Events that came in one read share its time (the
+stamp of its last packet): a client that reads late, with several tokens waiting, times them all at
+the last one's arrival.
 A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
 content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
 still caught.
@@ -45,6 +48,7 @@ from ..task_run import call_record
 from ..workload import Call
 from .eager_writes import eager_body_writes
 from .prompts import ASSUMED_CALIBRATION, PromptBuilder, TextCalibration, calibrate_text
+from ..rx_stamps import arrival, keep_stamping, last_arrival, stamped_socket
 from .sse import SSEError, SSEParser
 
 ERROR_BODY_LIMIT = 4096
@@ -200,7 +204,11 @@ class Client:
 
     async def __aenter__(self) -> "Client":
         self._loop_settings.enter_context(eager_body_writes(asyncio.get_running_loop()))
-        connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None)
+        stamping = keep_stamping()
+        if stamping is not None:
+            self._loop_settings.callback(stamping.close)
+        connector = aiohttp.TCPConnector(limit=self.target.max_connections, limit_per_host=0, ttl_dns_cache=None,
+                                         socket_factory=stamped_socket)
         tracing = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
         tracing.on_connection_create_end.append(self._on_connection_created)
         tracing.on_connection_reuseconn.append(_on_connection_reused)
@@ -493,7 +501,7 @@ class Client:
                 raise _CallFailed(kind, f"HTTP {status}: {error_message(bytes(error))}", status,
                                   retry_after_seconds(resp.headers.get("Retry-After")))
             try:
-                await _read_stream(resp.content, state)
+                await _read_stream(resp.content, state, resp.connection)
             except _CallFailed:
                 resp.close()  # drop the connection: the rest of this stream must not be read as the next
                 raise
@@ -556,7 +564,7 @@ _SINKS: dict[aiohttp.StreamReader, Callable[[bytes], None]] = {}
 """The sink of every response body being delivered, by its reader."""
 
 
-async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
+async def _read_stream(content: aiohttp.StreamReader, state: "_Stream", connection: Any = None) -> None:
     """Read a response's event stream to its end; the call's end is when 'data: [DONE]' arrived.
 
     aiohttp's protocol feeds body bytes to the response's reader in its `data_received`; a task that
@@ -569,8 +577,8 @@ async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
     perf = time.perf_counter
     feed = state.feed
 
-    def arrived(data: bytes) -> None:
-        now = state.heard = perf()
+    def arrived(data: bytes, stamp: Optional[float]) -> None:
+        now = state.heard = perf() if stamp is None else stamp
         if state.done is not None:
             return  # the rest after 'data: [DONE]' is only read to the end of the response
         try:
@@ -579,12 +587,15 @@ async def _read_stream(content: aiohttp.StreamReader, state: "_Stream") -> None:
             del _SINKS[content]
             content.set_exception(exc)
 
-    buffered = content.read_nowait()  # what came with the headers, before the switch
+    def delivered(data: bytes) -> None:
+        arrived(data, arrival.time)  # called inside the connection's read: its kernel stamp is the bytes'
+
+    buffered = content.read_nowait()  # what came with the headers, before the switch: the last read's
     content.__class__ = _Delivering
-    _SINKS[content] = arrived
+    _SINKS[content] = delivered
     try:
         if buffered:
-            arrived(buffered)
+            arrived(buffered, None if connection is None else last_arrival(connection.transport))
         failed = content.exception()
         if failed is not None:
             raise failed

@@ -2,7 +2,7 @@
 event loop, with its own HTTP client and prompt builder, through the same driver as a single-process
 run.
 
-The actor is threaded: `run` holds one thread for the whole replay (its own uvloop, as `agentload run`
+The actor is threaded: `run` holds one thread for the whole replay (its own asyncio loop, as `agentload run`
 has), while the run's driver calls `wait_ready`, `start`, `progress`, `read_new` and `stop` on others.
 A shard's life:
 
@@ -92,14 +92,6 @@ class ShardResult:
     counters: dict[str, Any] = field(default_factory=dict)
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class Shard:
     """A shard of a run; Ray makes it an actor (`simulator.scale.fleet`). See the module docstring."""
 
@@ -118,7 +110,7 @@ class Shard:
 
     def run(self, spec: ShardSpec) -> ShardResult:
         """Replay the shard's part of the workload (returns once it ended or was stopped)."""
-        with asyncio.Runner(loop_factory=_new_loop) as runner:
+        with asyncio.Runner() as runner:
             return runner.run(_main(self, spec))
 
     def wait_ready(self, timeout: float) -> Optional[dict[str, Any]]:

@@ -37,15 +37,6 @@ class PointError(RuntimeError):
     """A point could not run, or its server failed during it."""
 
 
-def event_loop_runner() -> asyncio.Runner:
-    """An asyncio runner on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-
-
 class TwinBackend:
     """A config on the server twin: each point simulated."""
 
@@ -178,7 +169,7 @@ class LiveBackend:
                 for request in self.warmup:
                     await client.send(request, 0.0)
 
-        with event_loop_runner() as runner:
+        with asyncio.Runner() as runner:
             runner.run(send())
 
     def scenario_for(self, scenario: Scenario) -> Scenario:
@@ -194,7 +185,7 @@ class LiveBackend:
         exited: list[int] = []
         signals: list[int] = []
         try:
-            with event_loop_runner() as runner:
+            with asyncio.Runner() as runner:
                 summary, _ = runner.run(self._run(aimed, workload, folder, exited, signals))
         except RunAborted:
             raise KeyboardInterrupt from None
