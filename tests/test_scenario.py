@@ -47,6 +47,7 @@ def test_good_scenario_parses_with_defaults():
         (GOOD.replace("  warmup: 1.5", "  warmup: 1.5\n  max_taks: 3"), "run.max_taks", 7, "unknown key"),
         (GOOD.replace("warmup: 1.5", "warmup: soon"), "run.warmup", 6, "valid number"),
         (GOOD.replace("{p99: 2000}", "{p98: 2000}"), "slo.ttft_ms.p98", 8, "unknown key"),
+        (GOOD.replace("{p99: 2000}", "{p99: .inf}"), "slo.ttft_ms.p99", 8, "finite number"),
         (GOOD + "target:\n  base_url: http://x\n  api: grpc\n", "target.api", 12, "'completions' or 'chat'"),
         (GOOD + "target:\n  model: m\n", "target.base_url", 10, "required"),
         ("run: {seed: 1}\n", "workload", 1, "required"),

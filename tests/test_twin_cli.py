@@ -22,6 +22,7 @@ def test_simulate_writes_the_result_folder_of_a_run(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulation"]["profile"] == "tiny-vllm-cpu"
     assert summary["simulation"]["steps"] > 0
+    assert summary["scenario"] == "quickstart"  # as a live run's summary.json names it
     calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
     tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert calls and all(c["intended_send"] == c["actual_send"] for c in calls)

@@ -65,7 +65,6 @@ def simulate_command(args: argparse.Namespace) -> int:
         info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
               "settings": scenario.model_dump(mode="json", by_alias=True)},
     )
-    summary.scenario = scenario.display_name()
     print_summary(summary)
     sim = summary.simulation
     console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "

@@ -18,7 +18,7 @@ PERCENTILE_KEYS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p99.9": 
 class PercentileTarget(BaseModel):
     """Upper bounds on percentiles of one measure (in the unit its field name says)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     p50: Optional[float] = Field(None, gt=0)
     p90: Optional[float] = Field(None, gt=0)

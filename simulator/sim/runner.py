@@ -57,8 +57,11 @@ def simulate_to_folder(
         writer.close()
         itl = writer.itl if keep_gaps else None
     simulation = _simulation_stats(profile, driver, outcome, wall=time.perf_counter() - started)
+    sections: dict[str, Any] = {"simulation": simulation}
+    if info and "scenario" in info:
+        sections["scenario"] = info["scenario"]
     summary = write_summary(folder, window=window, slo=slo, planned=planned, itl=itl,
-                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda: {"simulation": simulation},
+                            partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda: sections,
                             tally=tally)
     return summary, outcome
 
