@@ -87,7 +87,7 @@ def add_hostile_failures(folder: Path) -> None:
         for record in failures:
             fh.write(json.dumps(results.record_dict(record)) + "\n")
     (folder / results.SUMMARY_FILE).unlink()
-    results.write_json(folder, results.SUMMARY_FILE, rebuild(folder).to_dict())
+    results.write_json(folder, results.SUMMARY_FILE, rebuild(folder)[0].to_dict())
 
 
 def figure_at(data: object, path: list) -> object:

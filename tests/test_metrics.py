@@ -138,7 +138,7 @@ def test_writer_streams_records_and_summary_rebuilds_from_them(tmp_path):
     assert results.read_tasks(tmp_path) == tasks
     itl = H.load(tmp_path / results.HISTOGRAMS_FILE)["itl"]
     assert itl.get_total_count() == 20
-    rebuilt = rebuild(tmp_path)
+    rebuilt, _ = rebuild(tmp_path)
     direct, _ = summarize(calls, tasks, itl=itl, planned={"tasks": 3, "calls": 5},
                           slo=Slo(ttft_ms=PercentileTarget(p999=150)))
     assert rebuilt["partial"] is True

@@ -156,7 +156,7 @@ def killed_folder(tmp_path: Path, started: int) -> Path:
 def test_a_killed_runs_started_tasks_are_interrupted_not_not_started(tmp_path, capsys):
     folder = killed_folder(tmp_path, started=3)
     assert json.loads((folder / results.PROGRESS_FILE).read_text()) == {"tasks_started": 3}
-    summary = rebuild(folder)
+    summary, _ = rebuild(folder)
     tasks = summary.tasks
     assert (tasks.planned, tasks.finished_all, tasks.interrupted, tasks.not_started) == (6, 1, 2, 3)
     assert tasks.planned == tasks.finished_all + tasks.interrupted + tasks.not_started

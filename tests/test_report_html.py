@@ -273,3 +273,24 @@ def test_credentials_in_an_old_run_json_do_not_reach_the_page(folders, tmp_path)
     page, text = page_of("report", str(folder), "--html", str(tmp_path / "old.html"))
     assert "s3cr3t-pass" not in text and "k3y-value" not in text
     assert "live against http://***@gpu-box:8000?api_key=***" in " ".join(page.text)
+
+
+def test_a_run_killed_before_its_summary_gets_every_latency_histogram_back(folders, tmp_path):
+    """A killed run leaves no summary.json and a histograms.json with the live ITL only: the report
+    rebuilds the summary and every call histogram from the records."""
+    from simulator.metrics import histograms
+    from simulator.report.folder_data import load_folder
+
+    killed = tmp_path / "killed"
+    shutil.copytree(folders["live"], killed)
+    (killed / results.SUMMARY_FILE).unlink()
+    whole = histograms.load(folders["live"] / results.HISTOGRAMS_FILE)
+    histograms.save(killed / results.HISTOGRAMS_FILE, {"itl": whole["itl"]})
+    data = load_folder(killed)
+    ok_calls = sum(1 for c in results.iter_calls(killed) if c.ok)
+    assert data.summary.partial and ok_calls > 0
+    for name in ("ttft", "e2el", "tpot"):
+        assert data.histograms[name].get_total_count() == whole[name].get_total_count() > 0, name
+    assert data.histograms["itl"].get_total_count() == whole["itl"].get_total_count()
+    page, _ = page_of("report", str(killed), "--html", str(tmp_path / "killed.html"))
+    assert "fig-call-latency-cdf" in {attrs.get("id") for tag, attrs in page.tags if tag == "figure"}

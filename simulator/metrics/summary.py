@@ -440,8 +440,9 @@ def _target_check(target: PercentileTarget, h: HdrHistogram, us_per_unit: float)
 # --- reading it back ------------------------------------------------------------------------------
 
 
-def rebuild(folder: Path) -> Summary:
-    """A summary from the records of a result folder whose summary.json is missing (after a crash)."""
+def rebuild(folder: Path) -> tuple[Summary, dict[str, HdrHistogram]]:
+    """A summary and its histograms from the records of a result folder whose summary.json is missing
+    (after a crash)."""
     folder = Path(folder)
     info = results.read_json(folder, results.RUN_FILE)
     if info is None and not (folder / results.CALLS_FILE).exists():
@@ -452,7 +453,7 @@ def rebuild(folder: Path) -> Summary:
     itl = None
     if (folder / results.HISTOGRAMS_FILE).exists():
         itl = H.load(folder / results.HISTOGRAMS_FILE).get("itl")
-    summary, _ = summarize(
+    summary, hists = summarize(
         results.iter_calls(folder), results.iter_tasks(folder), itl=itl,
         window=Window(win.get("start", 0.0), win.get("end")), slo=slo, planned=info.get("planned"),
         partial=True, stop_reason="rebuilt from records (no summary.json)",
@@ -460,7 +461,7 @@ def rebuild(folder: Path) -> Summary:
     _count_interrupted(summary.tasks, results.read_json(folder, results.PROGRESS_FILE))
     summary.scenario = info.get("scenario", folder.name)
     summary.result_dir = str(folder)
-    return summary
+    return summary, hists
 
 
 def _count_interrupted(tasks: TaskFigures, progress: Optional[Mapping[str, Any]]) -> None:
@@ -481,7 +482,7 @@ def load_summary(folder: Path) -> Summary:
         raise InputError("no such result folder", file=str(folder))
     data = results.read_json(folder, results.SUMMARY_FILE)
     if data is None:
-        return rebuild(folder)
+        return rebuild(folder)[0]
     try:
         return Summary.model_validate(data)
     except ValidationError as exc:

@@ -21,7 +21,7 @@ from ..metrics import histograms, results
 from ..metrics import server as server_metrics
 from ..metrics.records import CallRecord, TaskRecord
 from ..metrics.results import Window
-from ..metrics.summary import Summary, load_summary
+from ..metrics.summary import Summary, load_summary, rebuild
 
 
 @dataclass
@@ -240,15 +240,20 @@ class RunData:
 def load_folder(folder: Path, label: Optional[str] = None) -> RunData:
     """Read a result folder for a report; raises `InputError` when it is no result folder."""
     folder = Path(folder)
-    summary = load_summary(folder)
     info = results.read_json(folder, results.RUN_FILE) or {}
     hist: dict[str, HdrHistogram] = {}
     path = folder / results.HISTOGRAMS_FILE
-    if path.exists():
-        try:
-            hist = histograms.load(path)
-        except (ValueError, TypeError) as exc:
-            raise InputError(f"bad histograms: {exc}", file=str(path)) from None
+    try:
+        if not (folder / results.SUMMARY_FILE).exists() and folder.is_dir():
+            # a run that never wrote its summary (killed): its histograms.json holds the live ITL only,
+            # so the summary and every histogram are rebuilt from its records
+            summary, hist = rebuild(folder)
+        else:
+            summary = load_summary(folder)
+            if path.exists():
+                hist = histograms.load(path)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"bad histograms: {exc}", file=str(path)) from None
     samples = Scrapes.read(folder / server_metrics.SERVER_METRICS_FILE)
     return RunData(folder=folder, label=label or folder.name, info=info, summary=summary, histograms=hist,
                    calls=CallColumns.read_folder(folder),
