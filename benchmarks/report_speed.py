@@ -3,9 +3,8 @@
 
 The result folder is a real one: `agentload simulate` of scenarios/gb300-agents.yaml on the default
 GB300 preset with 6.4 hours of session arrivals instead of one (about 108,000 calls, 4,700 sessions,
-sub-agents), made once and kept. A simulation has no server /metrics, so the benchmark adds a
-server_metrics.jsonl as a live run against vLLM would write it: one scrape a second over the whole
-run (about 89,000 scrapes), its gauges following the calls in flight. Then it times, in a fresh
+sub-agents), made once and kept, with the twin's /metrics sampled every simulated second into
+server_metrics.jsonl as a live run scrapes vLLM's (about 89,000 samples). Then it times, in a fresh
 process each, the command a user types:
 
     agentload report DIR --html OUT          (the page)
@@ -20,7 +19,6 @@ inflate), the page's size, and the folder's counts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -54,40 +52,12 @@ def agentload(*argv: str) -> tuple[float, float]:
 
 
 def make_folder(folder: Path) -> None:
-    """The simulated run (about a minute of simulation) and its synthesized /metrics scrapes."""
+    """The simulated run (about a minute of simulation), the twin sampled every simulated second."""
     print(f"simulating {SCENARIO.name} with {ARRIVAL_SECONDS} s of arrivals on {PROFILE} into {folder} ...",
           flush=True)
     took, _ = agentload("simulate", str(SCENARIO), "-p", PROFILE, "-o", str(folder), "--approx-itl",
-                     "--set", f"workload.generate.duration={ARRIVAL_SECONDS}")
+                        "--set", f"workload.generate.duration={ARRIVAL_SECONDS}", "--set", "run.scrape_interval=1")
     print(f"  simulated in {took:.1f} s", flush=True)
-    write_scrapes(folder)
-
-
-def write_scrapes(folder: Path) -> None:
-    """server_metrics.jsonl: a scrape every second, gauges from the calls in flight, counters growing."""
-    from simulator.metrics import results
-
-    sends, ends, prompts, cached = [], [], [], []
-    for call in results.iter_calls(folder):
-        sends.append(call.actual_send)
-        ends.append(call.end)
-        prompts.append(call.input_tokens)
-        cached.append(call.cached_tokens or 0)
-    sends, ends = np.array(sends), np.array(ends)
-    order = np.argsort(sends)
-    prompt_total, cached_total = np.cumsum(np.array(prompts)[order]), np.cumsum(np.array(cached)[order])
-    ends_sorted = np.sort(ends)
-    with open(folder / "server_metrics.jsonl", "w", encoding="utf-8") as fh:
-        for t in np.arange(0.0, float(ends.max()) + 1.0, 1.0):
-            started = int(np.searchsorted(sends[order], t, side="right"))
-            in_flight = started - int(np.searchsorted(ends_sorted, t, side="right"))
-            running = min(in_flight, 256)
-            sample = {"t": float(t), "num_requests_running": float(running),
-                      "num_requests_waiting": float(in_flight - running),
-                      "kv_cache_usage_perc": min(1.0, in_flight / 300.0),
-                      "prefix_cache_queries": float(prompt_total[started - 1]) if started else 0.0,
-                      "prefix_cache_hits": float(cached_total[started - 1]) if started else 0.0}
-            fh.write(json.dumps(sample) + "\n")
 
 
 def counts(folder: Path) -> str:
@@ -102,10 +72,8 @@ def main() -> int:
     parser.add_argument("--folder", type=Path, default=DEFAULT_FOLDER, help="the 100k-call result folder (made when missing)")
     parser.add_argument("--repeats", type=int, default=3, help="times each report is built (the median is the figure)")
     args = parser.parse_args()
-    if not (args.folder / "summary.json").exists():
-        make_folder(args.folder)
-    elif not (args.folder / "server_metrics.jsonl").exists():
-        write_scrapes(args.folder)
+    if not (args.folder / "summary.json").exists() or not (args.folder / "server_metrics.jsonl").exists():
+        make_folder(args.folder)  # a folder kept from before simulations sampled their twin is made again
     print(f"result folder {args.folder}: {counts(args.folder)}")
     print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,9 @@ chance coincidences of arrivals and steps; pooling the repeats steadies it.
 
 `--probe` sends short calls (32 tokens) and long prefills (2,048) every 0.4 s while 0, 16, 48 or 96
 streams decode 600 tokens each, and sets their TTFT and the streams' ITL beside the twin's for the
-same arrivals: the figures behind "short calls under load are slower than predicted".
+same arrivals: the figures behind "short calls under load are slower than predicted". A call's TTFT
+depends on where in a step it arrives, which on the server is chance: the twin's figures pool the
+runs of the same arrivals shifted by 0 to 39 ms (`PROBE_SHIFTS`), every phase of a step alike.
 """
 
 from __future__ import annotations
@@ -186,10 +188,12 @@ PROBE_CALLS = ((32, 2), (32, 2), (2048, 2), (32, 2), (32, 2), (2048, 2), (32, 2)
 PROBE_SPACING = 0.4
 PROBE_STREAM = (64, 600)
 """Prompt and output tokens of each stream."""
+PROBE_SHIFTS = [k * 0.001 for k in range(40)]
+"""Shifts of the probes' times on the twin (seconds), pooled: at least two steps of every phase."""
 
 
-def probe_twin(profile, streams: int) -> dict:
-    """The probe experiment on the twin: the same streams and probes at the same times."""
+def probe_twin(profile, streams: int, shift: float = 0.0) -> dict:
+    """The probe experiment on the twin: the same streams and probes at the same times (`shift` later)."""
     import simpy
 
     from simulator.sim.twin import Twin
@@ -197,7 +201,7 @@ def probe_twin(profile, streams: int) -> dict:
     env = simpy.Environment()
     twin = Twin(env, profile, fast_decode=False)
     out: dict = {"probes": [], "itl": []}
-    start = 1.5 if streams else 0.2
+    start = (1.5 if streams else 0.2) + shift
 
     def stream():
         out["itl"].append((yield twin.submit(*PROBE_STREAM)).itl_mean)
@@ -263,7 +267,8 @@ def probe(url: str, profile_name: str, repeat: int) -> None:
           f"{'stream ITL ms real':>19s} {'twin':>7s}")
     for streams in PROBE_STREAMS:
         measured = [statistics.median(values) for values in zip(*real[streams])]
-        predicted = probe_figures(probe_twin(profile, streams))
+        runs = [probe_twin(profile, streams, shift) for shift in PROBE_SHIFTS]
+        predicted = probe_figures({key: [v for run in runs for v in run[key]] for key in ("probes", "itl")})
         print(f"{streams:7d} {measured[0]:19.1f} {predicted[0]:7.1f} {measured[1]:24.1f} {predicted[1]:7.1f} "
               f"{measured[2]:19.2f} {predicted[2]:7.2f}")
 

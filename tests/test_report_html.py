@@ -100,6 +100,18 @@ def check_count(page: Page, documents: list) -> int:
     return rf.check_cells(page.cells, documents)
 
 
+def test_simulation_page_shows_the_twins_requests_and_kv_cache_over_time(folders, tmp_path):
+    """A simulation samples its twin as a live run scrapes /metrics: the timeline has the same panels."""
+    page, text = page_of("report", str(folders["sim"]), "--html", str(tmp_path / "sim-time.html"))
+    assert_self_contained(page, text)
+    drawn = " ".join(page.svg_text)
+    for expected in ("server requests", "running", "waiting", "KV-cache usage",
+                     "prefix-cache hits (share of queried tokens)"):
+        assert expected in drawn, expected
+    assert "No server /metrics" not in " ".join(page.text)
+    check_count(page, [summary_json(folders["sim"])])
+
+
 def test_a_cell_showing_another_figure_is_caught(folders, tmp_path):
     page, _ = page_of("report", str(folders["sim"]), "--html", str(tmp_path / "sim.html"))
     cell = next(c for c in page.cells if json.loads(c["source"]) == ["p99_ttft_ms"])
@@ -262,6 +274,9 @@ def test_simulate_writes_the_report_it_is_asked_for(tmp_path):
                  "--html", "--csv", str(tmp_path / "csv")]) == 0
     assert (out / "report.html").stat().st_size > 10_000
     assert (tmp_path / "csv" / "calls.csv").exists()
+    with open(tmp_path / "csv" / "server_metrics.csv", newline="") as fh:  # the twin's samples
+        header = next(csv.reader(fh))
+    assert {"t", "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_hits"} <= set(header)
 
 
 def test_credentials_in_an_old_run_json_do_not_reach_the_page(folders, tmp_path):

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simpy
 
-from simulator.sim.calibrate import FIT_TERMS, SweepPoint, calibrate, design_sweep, fit, fit_report, measure_on_twin
+from simulator.sim.calibrate import (FIT_TERMS, LOADED_SHORT, SweepPoint, calibrate, design_sweep, fit, fit_report,
+                                     loaded_stream, measure_on_twin, probe_offsets, probe_phases)
 from simulator.sim.profile import load_profile
+from simulator.sim.twin import Twin
 
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
         "per_prefill_attention": 1.0e-9, "request_overhead": 0.012, "frontend_per_request": 0.003,
-        "frontend_per_prompt_token": 2.0e-6, "idle_wake": 0.006}
+        "frontend_per_prompt_token": 2.0e-6, "frontend_per_output_token": 5.0e-5, "idle_wake": 0.006}
 
 
-def known_profile():
+def known_profile(**step_time):
     return load_profile("tiny-vllm-cpu", overrides={
-        "step_time": {**TRUE, "schedule_fixed": 0.0, "schedule_per_seq": 0.0},
+        "step_time": {**TRUE, "schedule_fixed": 0.0, "schedule_per_seq": 0.0, **step_time},
         "scheduler": {"max_num_seqs": 64},
     })
 
@@ -23,18 +26,24 @@ def known_profile():
 def test_sweep_separates_prefill_and_decode_within_limits():
     points = design_sweep(known_profile())
     kinds = {p.kind for p in points}
-    assert kinds == {"prefill", "decode"}
+    assert kinds == {"prefill", "decode", "loaded"}
     assert all(p.input_tokens + p.output_tokens <= 4096 for p in points)
     assert max(p.concurrency for p in points) == 64
+    # calls under load leave themselves a seat beside the streams: 16 and 48 of 64, not 96
+    loaded = {(p.concurrency, p.input_tokens) for p in points if p.kind == "loaded"}
+    assert loaded == {(16, LOADED_SHORT), (48, LOADED_SHORT), (16, 1024), (48, 2048)}
+    assert {(p.concurrency, p.input_tokens) for p in design_sweep(load_profile("tiny-vllm-cpu"))
+            if p.kind == "loaded"} == loaded | {(96, LOADED_SHORT), (96, 512)}
 
 
-def test_fit_recovers_known_coefficients_from_exact_measurements():
-    truth = known_profile()
+@pytest.mark.parametrize("per_token", [TRUE["frontend_per_output_token"], 0.0])
+def test_fit_recovers_known_coefficients_from_exact_measurements(per_token):
+    truth = known_profile(frontend_per_output_token=per_token)
     result = calibrate(truth, lambda point: measure_on_twin(point, truth))
     # the API server's one-at-a-time work makes the fit nonlinear: a burst's requests move between
     # steps as it changes, so the search ends within a step boundary of the truth, not on it
     for term in FIT_TERMS:
-        assert result.coefficients[term] == pytest.approx(TRUE[term], rel=0.02), term
+        assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=0.02), term
     assert result.rms_relative_error < 1e-3
     assert result.profile.calibrated
     assert result.profile.step_time.fixed == pytest.approx(TRUE["fixed"], rel=0.02)
@@ -48,8 +57,9 @@ def test_fit_with_noisy_measurements_stays_close_and_reports_errors():
     rng = np.random.default_rng(3)
     measured = [measure_on_twin(p, truth) * (1 + rng.normal(0, 0.01)) for p in points]
     result = fit(points, measured, truth)
-    for term in ("fixed", "per_token", "per_decode_seq"):
-        assert result.coefficients[term] == pytest.approx(TRUE[term], rel=0.1)
+    # the per-token work rests on the few loaded points, whose calls each meet a step at one phase
+    for term, within in (("fixed", 0.1), ("per_token", 0.1), ("per_decode_seq", 0.1), ("frontend_per_output_token", 0.25)):
+        assert result.coefficients[term] == pytest.approx(TRUE[term], rel=within), term
         assert result.stderr[term] > 0
     assert 0.003 < result.rms_relative_error < 0.03
 
@@ -88,7 +98,9 @@ def test_decode_point_measures_end_to_end_latency_of_the_burst():
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
                  for k in range(1, 32))
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 64
-    assert measure_on_twin(point, truth) == pytest.approx(handling + prefill + decode, rel=1e-9)
+    # its last token reaches the client after the API server's work on it
+    sending = c["frontend_per_output_token"]
+    assert measure_on_twin(point, truth) == pytest.approx(handling + prefill + decode + sending, rel=1e-9)
 
 
 def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefills_only_the_tail():
@@ -101,7 +113,7 @@ def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefil
     step = (c["fixed"] + c["per_token"] * n + c["per_context_token"] * (cached + n)
             + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2))
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 1000
-    assert measure_on_twin(point, truth) == pytest.approx(handling + step, rel=1e-9)
+    assert measure_on_twin(point, truth) == pytest.approx(handling + step + c["frontend_per_output_token"], rel=1e-9)
     assert "P=1000 cached" in point.label()
     # the sweep's cached prefills are whole blocks and one token, up to the longest prompt the server
     # takes; its decode bursts start from cached prompts too, but for the shortest context
@@ -122,6 +134,42 @@ def test_a_cached_decode_burst_warms_each_prompt_and_prefills_one_token_each():
     prefill = 0.004 + 2e-5 * 2 + 2e-8 * 257 * 2 + 1e-9 * 2 * (256 + 1)
     decodes = [0.004 + 2e-5 * 2 + 5e-5 * 2 + 2e-8 * 2 * (257 + k) for k in (1, 2)]
     assert measure_on_twin(point, truth) == pytest.approx(0.01 + prefill + sum(decodes), rel=1e-9)
+
+
+@pytest.mark.parametrize("streams", [16, 48])
+def test_a_short_call_under_load_waits_for_the_streams_tokens_on_the_twin(streams):
+    # the API server only sends tokens here: a call's first token leaves after the streams' tokens of
+    # its step and its own, and a call arriving while the API server sends waits a little too
+    quiet = {"request_overhead": 0.0, "frontend_per_request": 0.0, "frontend_per_prompt_token": 0.0}
+    point = SweepPoint("loaded", streams, LOADED_SHORT, 1, cached=True)
+    c = 2e-5
+    alone = measure_on_twin(point, known_profile(**quiet, frontend_per_output_token=0.0))
+    loaded = measure_on_twin(point, known_profile(**quiet, frontend_per_output_token=c))
+    assert loaded - alone == pytest.approx((streams + 1) * c, rel=0.1)
+    # on the twin the calls land at evenly spread phases of their steps: without the API server, a call
+    # waits half a step on average for the next, then takes a step of its own
+    step = (TRUE["fixed"] + (TRUE["per_token"] + TRUE["per_decode_seq"]) * streams + TRUE["per_token"] * LOADED_SHORT)
+    assert alone == pytest.approx(1.5 * step, rel=0.1)
+
+
+def test_loaded_points_calls_come_after_the_streams_are_in_and_before_they_end():
+    profile = load_profile("tiny-vllm-cpu")
+    for point in design_sweep(profile):
+        if point.kind != "loaded":
+            continue
+        prompt, output = loaded_stream(point, profile.kv_cache.block_size)
+        assert prompt == profile.kv_cache.block_size + 1  # a cached block and a token: a one-token prefill
+        offsets = probe_offsets(point)
+        assert len(offsets) == (8 if point.input_tokens <= LOADED_SHORT else 4)
+        # the API server takes about 3 ms a request on the CPU test server: the streams are in before
+        assert offsets[0] > 0.003 * point.concurrency
+        # and on the twin of that server the streams still decode a while after the last call was sent
+        env = simpy.Environment()
+        twin = Twin(env, profile)
+        streams = [twin.submit(prompt, output) for _ in range(point.concurrency)]
+        env.run()
+        assert min(e.value.end for e in streams) > offsets[-1] + 0.2, point.label()
+        assert sorted(probe_phases(len(offsets))) == [(k + 0.5) / len(offsets) for k in range(len(offsets))]
 
 
 def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import aiohttp
+
 from simulator.cli import main
 from simulator.emulator.server import run_emulator
 from simulator.sim.profile import load_profile
@@ -113,3 +115,22 @@ async def test_calibrate_warms_a_cached_points_prompt_into_the_prefix_cache():
                 for line in out.decode().splitlines() if " measured " in line}
     cold, cached = measured["prefill B=1 P=1024 O=1"], measured["prefill B=1 P=1025 cached O=1"]
     assert cached < 0.5 * cold, (cached, cold)
+
+
+async def test_a_loaded_point_sends_its_calls_while_its_streams_decode():
+    # against the emulator's twin: 4 streams (warmed, then sent), then 8 short calls while they decode
+    from simulator.live.calibration import measure_sweep
+    from simulator.live.client import Target
+    from simulator.sim.calibrate import SweepPoint, probe_offsets
+
+    point = SweepPoint("loaded", 4, 32, 1, cached=True)
+    async with run_emulator(profile="tiny-vllm-cpu") as url:
+        samples = await measure_sweep(Target(base_url=url, vocab_size=1024), [point], block_size=128, repeat=1)
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/agentload/stats") as resp:
+            stats = await resp.json()
+    (values,) = samples
+    assert len(values) == 1 and values[0] > 0
+    # a warm-up round and the measured one: each the streams' prompts, the streams, the calls
+    calls = len(probe_offsets(point))
+    assert stats["requests"] == 2 * (4 + 4 + calls)
+    assert stats["max_active_streams"] >= 4 + 1  # a call in flight beside all four streams

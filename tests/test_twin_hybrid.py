@@ -259,6 +259,9 @@ def conversations(seed: int, tasks: int = 30) -> Workload:
     hybrid_profile(),
     hybrid_profile(num_blocks=150),  # the pool runs short: evictions, a decode group written back
     profile_from_dict({**hybrid_profile().model_dump(), "spec_decode": {"num_tokens": 2, "acceptance": 0.7}}),
+    # the API server's per-token work: token deliveries lag the steps, runs of steps deliver as they plan
+    profile_from_dict({**hybrid_profile(num_blocks=150).model_dump(), "spec_decode": {"num_tokens": 2, "acceptance": 0.7},
+                       "step_time": {**hybrid_profile().step_time.model_dump(), "frontend_per_output_token": 4e-4}}),
 ])
 def test_decode_group_matches_single_stepping_for_hybrid_models(profile):
     fast, fast_result = simulate(conversations(4), profile, keep_gaps=True, fast_decode=True)

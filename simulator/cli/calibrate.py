@@ -17,10 +17,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fit a server profile's step-time coefficients by measuring a sweep on a server",
         description="Run a sweep of request bursts (prefill: one request of growing prompt, after a pause, "
         "of a prompt already cached, and bursts of several at once; decode: growing batches at short and "
-        "long context, single requests at more contexts; measured: TTFT and end-to-end latency) against a "
-        "server, fit the step-time coefficients and the request's handling outside the engine (the API "
-        "server's one-at-a-time work and plain latency) by non-negative least squares with the twin as "
-        "the model, and write the calibrated profile. The base profile gives the scheduler and KV "
+        "long context, single requests at more contexts; loaded: short calls and long prefills sent while "
+        "streams decode; measured: TTFT and end-to-end latency) against a server, fit the step-time "
+        "coefficients and the request's handling outside the engine (the API server's one-at-a-time work "
+        "per request and per streamed token, and plain latency) by non-negative least squares with the "
+        "twin as the model, and write the calibrated profile. The base profile gives the scheduler and KV "
         "settings, which must match how the server was started. See docs/server-twin.md.",
     )
     parser.add_argument("-p", "--profile", required=True, metavar="PROFILE",
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the model's vocabulary size: prompt token ids are drawn below it (tiny test model: 1024)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the calibrated profile YAML here")
     parser.add_argument("--name", help="name of the calibrated profile (default: <base>-calibrated)")
-    parser.add_argument("--max-concurrency", type=int, help="largest burst of the decode sweep")
+    parser.add_argument("--max-concurrency", type=int,
+                        help="largest burst of the decode sweep (and most streams under the loaded points' calls)")
     parser.add_argument("--max-prompt", type=int, help="longest prompt of the sweep")
     parser.add_argument("--repeat", type=int, default=3, help="measurements per point, reduced by --statistic")
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
@@ -118,6 +120,7 @@ def _write_profile(path: str, profile, rms: float) -> None:
     header = (f"# Calibrated by `agentload calibrate` (rms relative error of the fit {rms:.2%}).\n"
               "# Scheduling overhead is folded into the fixed and per-sequence terms; the API server's\n"
               "# one-at-a-time work per request is frontend_per_request (+ frontend_per_prompt_token per\n"
-              "# prompt token), other time outside the engine request_overhead.\n")
+              "# prompt token), per streamed token frontend_per_output_token; other time outside the engine\n"
+              "# request_overhead.\n")
     with open(path, "w", encoding="utf-8") as out:
         out.write(header + yaml.safe_dump(data, sort_keys=False))

@@ -61,7 +61,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     run = scenario.run
     summary, outcome = simulate_to_folder(
         workload, profile, Path(folder), window=window, slo=scenario.slo,
-        keep_gaps=not args.approx_itl, **driver_settings(run),
+        keep_gaps=not args.approx_itl, scrape_interval=run.scrape_interval, **driver_settings(run),
         info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
               "settings": scenario.model_dump(mode="json", by_alias=True)},
     )

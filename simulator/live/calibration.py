@@ -14,7 +14,7 @@ import numpy as np
 from ..behaviour import CallRequest
 from ..errors import InputError
 from ..metrics.records import CallRecord
-from ..sim.calibrate import SweepPoint, cached_prompts
+from ..sim.calibrate import SweepPoint, cached_prompts, loaded_stream, probe_offsets
 from ..workload import Call
 from .client import Client, Target
 from .prompts import stable_id
@@ -29,8 +29,8 @@ async def measure_sweep(
     seed: int = 0,
     on_round: Optional[Callable[[int], None]] = None,
 ) -> list[list[float]]:
-    """Each point's `repeat` measurements (seconds): its TTFT (prefill) or mean end-to-end latency
-    (decode). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
+    """Each point's `repeat` measurements (seconds): its TTFT (prefill), mean end-to-end latency
+    (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
     when round n (from 1) is done. A cached point's prompts are made of `block_size` blocks (the
     server's). InputError at the first call that fails."""
     # Each round measures the points in a new seeded random order: a drift of the server's speed (other
@@ -53,6 +53,8 @@ async def measure_sweep(
 
 async def _burst(client: Client, point: SweepPoint, key: str, block_size: int) -> float:
     """Send the point's burst once (a cached point's prompts once more before, untimed); its value."""
+    if point.kind == "loaded":
+        return await _loaded(client, point, key, block_size)
     calls = [Call(point.input_tokens, point.output_tokens)] * point.concurrency
     if point.cached:
         prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
@@ -70,6 +72,32 @@ async def _burst(client: Client, point: SweepPoint, key: str, block_size: int) -
     # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves the first
     # token late and shortens the gaps, but not the end.
     return sum(r.latency for r in records) / len(records)
+
+
+async def _loaded(client: Client, point: SweepPoint, key: str, block_size: int) -> float:
+    """A loaded point once: its streams' prompts warmed (untimed), the streams sent, the calls sent at
+    their offsets from then; the calls' mean TTFT, once the streams have ended too."""
+    prompt, output = loaded_stream(point, block_size)
+    prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1), tokens=prompt)
+    await _send_all(client, [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
+                                         Call(prompt, 1, hash_ids=ids, block_size=block_size))
+                             for i, ids in enumerate(prompts)])
+    began = time.perf_counter()
+    streams = asyncio.ensure_future(_send_all(client, [
+        CallRequest(f"{key}-{i}", "calibrate", 0, Call(prompt, output, hash_ids=ids, block_size=block_size))
+        for i, ids in enumerate(prompts)]))
+
+    async def call(k: int, offset: float) -> CallRecord:
+        await asyncio.sleep(max(0.0, began + offset - time.perf_counter()))  # a send time, not a wait for work
+        (record,) = await _send_all(client, [CallRequest(f"{key}-call-{k}", "calibrate", 0,
+                                                         Call(point.input_tokens, point.output_tokens))])
+        return record
+
+    try:
+        records = await asyncio.gather(*(call(k, offset) for k, offset in enumerate(probe_offsets(point))))
+    finally:
+        await streams  # the next point starts on an idle server (and a failed stream is reported)
+    return sum(r.ttft for r in records) / len(records)
 
 
 async def _send_all(client: Client, requests: list[CallRequest]) -> list[CallRecord]:

@@ -56,6 +56,12 @@ class SampleLog:
             self._fh.flush()
             self.written = len(samples)
 
+    def add(self, t: float, values: Mapping[str, float]) -> None:
+        """Write one sample (seconds since the run's start, values by name), unflushed: for a writer
+        that has all its samples in turn, such as a simulation's twin."""
+        self._fh.write(json.dumps({"t": t, **values}) + "\n")
+        self.written += 1
+
     def close(self) -> None:
         self._fh.close()
 

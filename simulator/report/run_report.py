@@ -60,8 +60,8 @@ def build_run_report(run: RunData) -> Report:
     if summary.server:
         over_time.tables.append(run_tables.server_table(run))
     elif not run.samples:
-        over_time.notes.append("No server /metrics in this folder (a simulation, or a server without them): "
-                               "requests and KV-cache usage are not shown.")
+        over_time.notes.append("No server /metrics in this folder (a server without them, or a simulation "
+                               "whose twin was not sampled): requests and KV-cache usage are not shown.")
     if summary.simulation is not None:
         over_time.tables.append(run_tables.simulation_table(run))
     errors = Section("Errors", anchor="errors", tables=[t for t in (run_tables.errors_table(run),

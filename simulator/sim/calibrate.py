@@ -18,14 +18,22 @@ server with no shared prefix:
   sequences at growing context). End to end rather than inter-token: a busy server merges several
   tokens into one streamed chunk, which delays the first token and shortens the gaps, but leaves the
   end in place.
+- ``loaded``: N streams decode (`loaded_stream`: cached one-block prompts, so they prefill a token
+  each) while calls of P prompt tokens are sent at set times after them (`probe_offsets`); measured:
+  the calls' mean TTFT. With short calls it is the API server's per-token work
+  (``frontend_per_output_token``): every step the streams' N tokens pass the API server before a new
+  call's first token, and a call arriving meanwhile waits for them; with long prompts it is steps that
+  mix a prefill chunk with N decodes, which no other point has.
 
 Where the requests of a burst reach the engine together, the twin's schedule does not depend on the
 step-time coefficients, so each measured value is linear in them: its feature for a term is what the
 twin predicts with that coefficient set to 1 and all others to 0, and non-negative least squares
 (`scipy.optimize.nnls`) on relative errors fits them. The API server's one-at-a-time work
-(`FRONTEND_TERMS`) staggers a burst's arrivals, which moves requests from one step to the next: the
-values are no longer linear, so the fit goes on from the linear solution by bounded nonlinear least
-squares (`scipy.optimize.least_squares`) with the twin itself as the model. The latency outside the
+(`FRONTEND_TERMS`) staggers a burst's arrivals, which moves requests from one step to the next, and a
+loaded point's calls are sent at set times, which land in steps as long as the steps last: these
+values are not linear, so the linear fit takes the other points only, and the fit goes on over all of
+them from its solution by bounded nonlinear least squares (`scipy.optimize.least_squares`) with the
+twin itself as the model. The latency outside the
 engine (`request_overhead`) adds once to every value. Scheduling overhead is not separable from
 outside the server (it adds to the fixed and per-sequence terms), so the fitted profile has
 synchronous scheduling and no overhead terms.
@@ -42,10 +50,11 @@ import simpy
 from scipy.optimize import least_squares, nnls
 
 from .profile import CalibrationRecord, ServerProfile
-from .twin import Twin
+from .twin import Twin, exact_delay
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
-             "request_overhead", "frontend_per_request", "frontend_per_prompt_token", "idle_wake")
+             "request_overhead", "frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token",
+             "idle_wake")
 """The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
 attended token, per query-key pair of prefill, latency outside the engine, and the API server's
 one-at-a-time work per request and per prompt token. A single request's TTFT is the request's handling
@@ -53,9 +62,11 @@ plus its prefill steps, so the prefill rows' intercept gives the handling and th
 prefill attention, and the decode rows (many steps per request) give `fixed`; cached prompts separate
 the per-prompt-token handling from prefill compute, and bursts its one-at-a-time part from plain
 latency; single requests decoding at several contexts separate the attended-context term from the
-per-sequence ones; prefills after a pause give the cost of waking an idle engine."""
+per-sequence ones; prefills after a pause give the cost of waking an idle engine; short calls sent while
+streams decode give the API server's work per streamed token, which delays them by the streams' tokens
+of every step."""
 
-FRONTEND_TERMS = frozenset({"frontend_per_request", "frontend_per_prompt_token"})
+FRONTEND_TERMS = frozenset({"frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token"})
 """Terms that change when a burst's requests reach the engine, not only how long steps take."""
 
 FRONTEND_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -69,26 +80,78 @@ SETTINGS = frozenset({"idle_after"})
 WAKE_PAUSE = 0.5
 """Seconds of quiet before the sweep's wake-up points: well past any `idle_after` a server needs."""
 
+LOADED_STREAMS = (16, 48, 96, 192)
+"""Streams decoding under the sweep's loaded points (those the server's `max_num_seqs` leaves a seat
+beside): from where the API server's per-token work is a small share of a step to where it is most."""
+LOADED_SHORT = 32
+"""Prompt tokens of the short calls sent under load."""
+LOADED_MIXED = ((16, 1024), (48, 2048), (96, 512))
+"""(streams, prompt tokens) of the loaded points whose calls are long prefills: steps that mix a
+prefill chunk (a whole step's budget at 2,048 on a 2,048-token server) with the streams' decodes."""
+PROBES = 8
+"""Calls sent under load at each loaded point (half as many of long prompts)."""
+PROBE_SPACING = 0.083
+"""Seconds between them (no multiple of a typical step, so they meet steps at different phases); more
+for long prompts (a 1,024-token prompt's call twice this, a 2,048-token one's three times), so that
+each finds the one before it done."""
+PROBE_LEAD = 0.15
+PROBE_LEAD_PER_STREAM = 0.003
+"""The first call goes this long after the streams were sent: a fixed part and a part per stream,
+the time an API server takes to let that many requests in (about 3 ms each on the CPU test server), so
+that the calls find the streams decoding."""
+STREAM_TOKENS = 8192
+"""Output tokens of a loaded point's streams together (each within `STREAM_OUTPUT`): each point then
+takes about as long, and its streams outlast its calls on the CPU test server with a margin."""
+STREAM_OUTPUT = (96, 384)
+"""Fewest and most output tokens of one stream."""
+
 
 @dataclass(frozen=True, slots=True)
 class SweepPoint:
     """One measurement of the sweep."""
 
     kind: str
-    """'prefill' (value: TTFT) or 'decode' (value: mean end-to-end latency)."""
+    """'prefill' (value: TTFT), 'decode' (value: mean end-to-end latency) or 'loaded' (value: mean
+    TTFT of calls sent while `concurrency` streams decode)."""
     concurrency: int
+    """Requests of the burst (of a loaded point: its streams)."""
     input_tokens: int
     output_tokens: int
     idle: float = 0.0
     """Seconds the server is left idle before the burst is sent."""
     cached: bool = False
     """Each request's prompt is sent once just before the burst (untimed), so the prefix cache holds
-    its whole blocks."""
+    its whole blocks (of a loaded point: its streams' prompts)."""
 
     def label(self) -> str:
+        if self.kind == "loaded":
+            return f"loaded N={self.concurrency} P={self.input_tokens} O={self.output_tokens}"
         pause = f" after {self.idle:g} s idle" if self.idle else ""
         cached = " cached" if self.cached else ""
         return f"{self.kind} B={self.concurrency} P={self.input_tokens}{cached} O={self.output_tokens}{pause}"
+
+
+def loaded_stream(point: SweepPoint, block_size: int) -> tuple[int, int]:
+    """(prompt, output) tokens of each stream of a loaded point: one whole block in the prefix cache and
+    a token, so that each prefills one token, and `STREAM_TOKENS` output tokens shared out."""
+    low, high = STREAM_OUTPUT
+    return block_size + 1, min(high, max(low, STREAM_TOKENS // point.concurrency))
+
+
+def probe_offsets(point: SweepPoint) -> list[float]:
+    """Seconds after a loaded point's streams were sent at which each of its calls is sent."""
+    lead = PROBE_LEAD + PROBE_LEAD_PER_STREAM * point.concurrency
+    short = point.input_tokens <= LOADED_SHORT
+    spacing = PROBE_SPACING * (1 + point.input_tokens // 1024)
+    return [lead + spacing * k for k in range(PROBES if short else PROBES // 2)]
+
+
+def probe_phases(count: int) -> list[float]:
+    """Where in a step each of `count` calls lands on the twin: the middles of `count` equal parts of
+    the step, in an order that spreads them over the point's time (bit-reversed for a power of two)."""
+    bits = max(1, (count - 1).bit_length())
+    order = sorted(range(count), key=lambda k: int(format(k, f"0{bits}b")[::-1], 2))
+    return [(k + 0.5) / count for k in order]
 
 
 @dataclass(frozen=True)
@@ -161,14 +224,26 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
             # a burst the KV cache cannot hold would measure preemption, not steps
             if b * -(-(prompt + output) // bs) <= kv.capacity_blocks:
                 points.append(SweepPoint("decode", b, prompt, output, cached=cached))
+    # calls sent while streams decode, each stream and call with a seat and blocks of its own: short
+    # calls (the API server's work per streamed token), long prefills (steps mixing prefill and decode)
+    for n, p in [(n, LOADED_SHORT) for n in LOADED_STREAMS] + list(LOADED_MIXED):
+        point = SweepPoint("loaded", n, p, 1, cached=True)
+        prompt, output = loaded_stream(point, bs)
+        blocks = n * -(-(prompt + output) // bs) + PROBES * -(-(p + 1) // bs)
+        if n < top and prompt + output <= limit and p + 1 <= limit and blocks <= kv.capacity_blocks:
+            points.append(point)
     return points
 
 
 def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
     """What the twin of `profile` measures at one sweep point."""
     env = simpy.Environment()
-    twin = Twin(env, profile)
     bs = profile.kv_cache.block_size
+    if point.kind == "loaded":
+        # stepped one by one: a call is sent inside a step planned before it, which a run of decode
+        # steps advanced at once would not see
+        return _loaded_on_twin(point, env, Twin(env, profile, fast_decode=False), bs)
+    twin = Twin(env, profile)
     prompts = [()] * point.concurrency
     if point.cached:
         prompts = cached_prompts(point, bs)
@@ -185,10 +260,53 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
     return float(np.mean([c.end - c.submitted for c in done]))
 
 
-def cached_prompts(point: SweepPoint, block_size: int, first: int = 0) -> list[tuple[int, ...]]:
-    """The hash ids of a cached point's prompts, one run of its own per request from `first`: each
-    request's whole blocks, warmed into the prefix cache by sending them once before the burst."""
-    n = point.input_tokens // block_size
+def _loaded_on_twin(point: SweepPoint, env: simpy.Environment, twin: Twin, bs: int) -> float:
+    """A loaded point on the twin: the streams' prompts warmed, the streams sent, the calls sent
+    about their offsets; the calls' mean TTFT (the streams are not waited for).
+
+    A call's TTFT depends on where in a step it arrives (it waits for the next step, and for the API
+    server when that is sending the step's tokens); on the real server the phase is random. On the
+    twin each call goes in the step after the one under way at its offset, at its own phase
+    (`probe_phases`), so that the calls sample the phases evenly and the value moves smoothly with the
+    coefficients rather than jumping each time a step boundary crosses a call's send time."""
+    prompt, output = loaded_stream(point, bs)
+    streams = cached_prompts(point, bs, tokens=prompt)
+    for hash_ids in streams:
+        twin.submit(prompt, 1, hash_ids, bs)
+    env.run()
+    start = env.now
+    for hash_ids in streams:
+        twin.submit(prompt, output, hash_ids, bs)
+    ttfts: list[float] = []
+
+    def calls():
+        sent = []
+        offsets = probe_offsets(point)
+        for offset, phase in zip(offsets, probe_phases(len(offsets))):
+            yield env.timeout(exact_delay(env.now, start + offset))
+            plan = twin.planned_step()
+            if plan is not None:  # wait for the step under way to end
+                yield env.timeout(exact_delay(env.now, plan[1]))
+                plan = twin.planned_step()
+                while plan is not None and plan[1] <= env.now:  # the next one is planned after the clients
+                    yield env.timeout(0)
+                    plan = twin.planned_step()
+            if plan is not None:
+                yield env.timeout(exact_delay(env.now, plan[0] + phase * (plan[1] - plan[0])))
+            sent.append(twin.submit(point.input_tokens, point.output_tokens))
+        for event in sent:
+            ttfts.append((yield event).ttft)
+
+    env.run(until=env.process(calls()))
+    return float(np.mean(ttfts))
+
+
+def cached_prompts(point: SweepPoint, block_size: int, first: int = 0,
+                   tokens: Optional[int] = None) -> list[tuple[int, ...]]:
+    """The hash ids of a cached point's prompts (of `tokens` each, default the point's input tokens),
+    one run of its own per request from `first`: each request's whole blocks, warmed into the prefix
+    cache by sending them once before the burst."""
+    n = (point.input_tokens if tokens is None else tokens) // block_size
     return [tuple(range(first + i * n, first + (i + 1) * n)) for i in range(point.concurrency)]
 
 
@@ -224,21 +342,24 @@ def with_coefficients(profile: ServerProfile, coefficients: dict[str, float]) ->
 
 def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: ServerProfile,
         terms: Sequence[str] = FIT_TERMS) -> FitResult:
-    """Least squares on relative errors, coefficients non-negative: linear for the step terms, then
-    nonlinear on the twin when `terms` has API-server terms. Returns the coefficients and `profile`
-    with them."""
+    """Least squares on relative errors, coefficients non-negative: linear for the step terms over the
+    points linear in them, then nonlinear on the twin over all points when `terms` has API-server terms
+    or the sweep has loaded points. Returns the coefficients and `profile` with them."""
     if len(points) != len(measured):
         raise ValueError("one measurement per sweep point")
     y = np.asarray(measured, dtype=float)
     if np.any(y <= 0):
         raise ValueError("measurements must be positive")
     linear = [t for t in terms if t not in FRONTEND_TERMS]
-    x = feature_matrix(points, profile, linear)
-    jacobian = x / y[:, None]
-    theta, _ = nnls(jacobian, np.ones_like(y))
+    rows = [i for i, p in enumerate(points) if p.kind != "loaded"]
+    if not rows:
+        raise ValueError("the sweep needs points other than loaded ones")
+    x = feature_matrix([points[i] for i in rows], profile, linear)
+    jacobian = x / y[rows, None]
+    theta, _ = nnls(jacobian, np.ones(len(rows)))
     coefficients = {term: float(v) for term, v in zip(linear, theta)}
-    if len(linear) < len(terms):
-        coefficients, jacobian = _fit_frontend(points, y, profile, list(terms), coefficients, x)
+    if len(linear) < len(terms) or len(rows) < len(points):
+        coefficients, jacobian = _fit_frontend(points, y, profile, list(terms), coefficients, x, rows)
         predicted = np.array([measure_on_twin(p, with_coefficients(profile, coefficients)) for p in points])
     else:
         predicted = x @ theta
@@ -263,42 +384,115 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
 
 
 def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, terms: list[str],
-                  linear: dict[str, float], x: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
-    """Nonlinear least squares over all `terms` from the `linear` fit (features `x`), a part of its
-    `request_overhead` moved to the API server's per-request work (each of `FRONTEND_SHARES` in turn).
-    Returns the best coefficients and the Jacobian of the relative residuals per unit coefficient."""
+                  linear: dict[str, float], x: np.ndarray, rows: list[int]) -> tuple[dict[str, float], np.ndarray]:
+    """Nonlinear least squares over `terms` and all points from the `linear` fit (features `x` of the
+    points `rows`), in two stages when the API server's per-token work is a term: first every other
+    term, over every point but the short calls under load, from the linear fit with a part of its
+    `request_overhead` moved to the API server's per-request work (each of `FRONTEND_SHARES` in turn);
+    then all of them over all points, from the best of those, the per-token work started from what the
+    short calls under load take beyond its prediction (searched from the linear fit at once, the
+    per-token work can stall the search far from the best fit). The twin with no per-token work is not
+    the limit of a little: its tokens never wait for the API server, where any per-token work makes them
+    wait for a request's intake under way. So the first stage's fit, without it, is kept when it fits
+    all points better. Returns the coefficients and the Jacobian of the relative residuals per unit
+    coefficient."""
     overhead = linear.get("request_overhead", 0.0)
     # each coefficient in units of a scale (its start, or what makes it 1% of a typical measurement):
     # the search then steps every term by the same relative amount
     typical = float(np.median(y))
+    fitted = [points[i] for i in rows]
     columns = dict(zip([t for t in terms if t not in FRONTEND_TERMS], x.T))
-    per_request = columns.get("request_overhead", np.ones(len(points)))
+    per_request = columns.get("request_overhead", np.ones(len(rows)))
     columns.setdefault("frontend_per_request", per_request)
-    columns.setdefault("frontend_per_prompt_token", per_request * np.array([p.input_tokens for p in points]))
+    columns.setdefault("frontend_per_prompt_token", per_request * np.array([p.input_tokens for p in fitted]))
+    # the tokens of one step of the burst, as a scale only
+    columns.setdefault("frontend_per_output_token", per_request * np.array([p.concurrency for p in fitted]))
     floor = {t: 0.01 * typical / float(np.median(columns[t][columns[t] > 0])) if np.any(columns[t] > 0) else 1.0
              for t in terms}
+    per_token = "frontend_per_output_token" in terms
+    everything = list(range(len(points)))
+    first_terms = [t for t in terms if t != "frontend_per_output_token"]
+    first_rows = [i for i in everything if not (per_token and _short_under_load(points[i]))]
 
-    def search(share: float):
+    def search(free: list[str], start: dict[str, float], used: list[int]):
+        scale = np.array([start[t] if start[t] > 0 else floor[t] for t in free])
+
+        def model(units: np.ndarray) -> ServerProfile:
+            return with_coefficients(profile, {**start, **dict(zip(free, units * scale))})
+
+        def residuals(units: np.ndarray) -> np.ndarray:
+            m = model(units)
+            return np.array([measure_on_twin(points[i], m) for i in used]) / y[used] - 1
+
+        # steps of 1% of each scale: smaller ones would see single requests cross step boundaries
+        # (jumps) rather than the trend
+        result = least_squares(residuals, np.array([start[t] for t in free]) / scale, bounds=(0.0, np.inf),
+                               diff_step=0.01, method="trf")
+        units = np.where(result.x < 1e-6, 0.0, result.x)  # a term the search ran down to its bound
+        return result.cost, {**start, **dict(zip(free, (float(v) for v in units * scale)))}
+
+    def from_share(share: float) -> dict[str, float]:
         start = {t: linear.get(t, 0.0) for t in terms}
         if "frontend_per_request" in start and overhead > 0:
             start["frontend_per_request"] = share * overhead
             start["request_overhead"] = (1 - share) * overhead
-        scale = np.array([start[t] if start[t] > 0 else floor[t] for t in terms])
-
-        def residuals(units: np.ndarray) -> np.ndarray:
-            model = with_coefficients(profile, dict(zip(terms, units * scale)))
-            return np.array([measure_on_twin(p, model) for p in points]) / y - 1
-
-        # steps of 1% of each scale: smaller ones would see single requests cross step boundaries
-        # (jumps) rather than the trend
-        result = least_squares(residuals, np.array([start[t] for t in terms]) / scale, bounds=(0.0, np.inf),
-                               diff_step=0.01, method="trf")
-        units = np.where(result.x < 1e-6, 0.0, result.x)  # a term the search ran down to its bound
-        return result.cost, units * scale, result.jac / scale
+        return start
 
     shares = FRONTEND_SHARES if "frontend_per_request" in terms and overhead > 0 else (0.0,)
-    _, values, jacobian = min((search(share) for share in shares), key=lambda found: found[0])
-    return dict(zip(terms, (float(v) for v in values))), jacobian
+    _, best = min((search(first_terms, from_share(share), first_rows) for share in shares),
+                  key=lambda found: found[0])
+    if per_token:
+        without = best
+        start = _per_token_start(points, y, profile, without)
+        _, best = search(terms, {**without, "frontend_per_output_token": start or floor["frontend_per_output_token"]},
+                         everything)
+        if _cost(points, y, profile, without) <= _cost(points, y, profile, best):
+            best = without
+    return best, _jacobian(points, y, profile, best, terms)
+
+
+def _cost(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
+          coefficients: dict[str, float]) -> float:
+    """Half the sum of squared relative residuals of the twin with `coefficients` (least_squares' cost)."""
+    model = with_coefficients(profile, coefficients)
+    residual = np.array([measure_on_twin(p, model) for p in points]) / y - 1
+    return 0.5 * float(residual @ residual)
+
+
+def _jacobian(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, coefficients: dict[str, float],
+              terms: Sequence[str]) -> np.ndarray:
+    """The relative residuals' derivative per unit of each of `terms` at `coefficients`, by forward
+    differences of 1% of the term (smaller ones would see single requests cross step boundaries);
+    columns of terms at 0 are left 0: the standard errors leave them out."""
+    model = with_coefficients(profile, coefficients)
+    base = np.array([measure_on_twin(p, model) for p in points])
+    columns = []
+    for term in terms:
+        value = coefficients.get(term, 0.0)
+        if value <= 0:
+            columns.append(np.zeros(len(points)))
+            continue
+        step = 0.01 * value
+        moved = with_coefficients(profile, {**coefficients, term: value + step})
+        columns.append((np.array([measure_on_twin(p, moved) for p in points]) - base) / (y * step))
+    return np.array(columns).T
+
+
+def _short_under_load(point: SweepPoint) -> bool:
+    """A loaded point whose calls are short: what it measures beyond the steps is mostly the API
+    server's per-token work."""
+    return point.kind == "loaded" and point.input_tokens <= LOADED_SHORT
+
+
+def _per_token_start(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
+                     coefficients: dict[str, float]) -> float:
+    """A first guess of `frontend_per_output_token`: the median over the loaded points' short calls of
+    what they take beyond the prediction of `coefficients` (which have none), shared out over the
+    streams' tokens of one step and the call's own; 0 without such points or excess."""
+    model = with_coefficients(profile, coefficients)
+    excess = [(y[i] - measure_on_twin(p, model)) / (p.concurrency + 1)
+              for i, p in enumerate(points) if _short_under_load(p)]
+    return max(0.0, float(np.median(excess))) if excess else 0.0
 
 
 def fit_report(result: FitResult) -> str:

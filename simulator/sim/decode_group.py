@@ -182,6 +182,30 @@ class DecodeGroup:
         """Tokens until the first member reaches its target."""
         return self.heap[0][0] - self.tokens
 
+    def emitted_tokens(self, before: int, emit: int) -> int:
+        """Tokens the members emit together in a step that moves the group's `tokens` from `before`
+        (no member's target reached yet) to ``before + emit``: `emit` each, or what a member lacks of
+        its target (only with speculative decoding, where `emit` may exceed 1)."""
+        tokens = self.size * emit
+        if emit == 1:
+            return tokens
+        limit = before + emit
+        heap = self.heap
+        # the members reaching their target are the heap's entries below `limit`: a subtree's root is
+        # its smallest entry, so the walk stops at the first entry at or past it
+        stack = [0] if heap else []
+        while stack:
+            i = stack.pop()
+            finish = heap[i][0]
+            if finish < limit:
+                tokens -= limit - finish
+                j = 2 * i + 1
+                if j < len(heap):
+                    stack.append(j)
+                if j + 1 < len(heap):
+                    stack.append(j + 1)
+        return tokens
+
     def context(self, per_decode: int) -> int:
         """Context the members attend in the next step: computed tokens plus the scheduled ones."""
         return self.size * (per_decode + self.tokens) + self.offset_sum

@@ -9,6 +9,11 @@ Both consume the behaviour through `simulator.task_run.TaskRun`, so they leave t
 sent exactly when intended unless `max_in_flight` holds its task back (the server's own per-request
 time is the profile's `request_overhead`, inside the twin). Calls longer than the profile's `max_model_len` fail at once
 with ``http_4xx`` (status 400), as vLLM rejects them.
+
+With `scrape_interval`, the driver also plays a live run's /metrics probe: a SimPy process samples the
+twin every that many simulated seconds (`simulator.sim.scrape`), from 0 on a fixed grid, plus once when
+the last task ends (or at the drain deadline), and hands each sample to `on_scrape`. Its timeouts are
+events like any other, so the twin's runs of decode steps stop at them; the records stay the same.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import simpy
 
@@ -26,7 +31,11 @@ from ..task_run import DriverResult, RecordSink, TaskRun, call_record, failed_ca
 from ..workload import Task, Workload
 from .profile import ServerProfile
 from .request import TwinRequest
+from .scrape import TwinScraper
 from .twin import Twin, TwinStats, exact_delay
+
+ScrapeSink = Callable[[float, dict[str, float]], None]
+"""Takes one sample of the twin's /metrics: (simulated seconds, values by the probe's names)."""
 
 
 @dataclass
@@ -59,12 +68,15 @@ class SimDriver:
     drawn only as they arrive, so memory holds the tasks in flight rather than the whole run.
     `max_in_flight` and `drain` mean what they mean live: at most that many top-level tasks run at once
     (a task waiting for its turn shows the wait as client lag), and `drain` seconds after the last
-    arrival whatever still runs is cut off, recorded as ``cancelled``."""
+    arrival whatever still runs is cut off, recorded as ``cancelled``. With `scrape_interval` (seconds,
+    > 0), `on_scrape` gets a sample of the twin's /metrics every that many simulated seconds (see the
+    module docstring)."""
 
     def __init__(self, workload: Union[Workload, Iterable[Task]], profile: ServerProfile, sink: RecordSink, *,
                  retry: RetryPolicy = RetryPolicy(), keep_gaps: bool = False, fast_decode: bool = True,
                  duration: Optional[float] = None, max_in_flight: Optional[int] = None,
-                 drain: Optional[float] = None) -> None:
+                 drain: Optional[float] = None, scrape_interval: Optional[float] = None,
+                 on_scrape: Optional[ScrapeSink] = None) -> None:
         self.env = simpy.Environment()
         self.twin = Twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
         self.total: Optional[int] = None
@@ -83,16 +95,31 @@ class SimDriver:
         self._last_end = 0.0
         self._active: dict[TaskRun, None] = {}
         """Tasks started and not finished, in start order (a dict as an ordered set)."""
+        self._arrived = False
+        """Every task that will start has started."""
+        if scrape_interval is not None and not scrape_interval > 0:
+            raise ValueError(f"scrape_interval must be > 0, not {scrape_interval}")
+        if (scrape_interval is None) != (on_scrape is None):
+            raise ValueError("scrape_interval and on_scrape go together")
+        self.scrape_interval = scrape_interval
+        self._on_scrape = on_scrape
+        self.scraper = TwinScraper(self.twin) if self.scrape_interval is not None else None
+        self._last_scrape: Optional[float] = None
+        """Time of the latest sample; None before the first."""
+        self._scraping_over = False
 
     def run(self) -> SimResult:
         """Run every task to its end (or to the drain deadline); returns how it ended."""
         arrivals = self.env.process(self._arrivals())
+        if self.scraper is not None:
+            self.env.process(self._scraping())
         with _fewer_collections():
             self.env.run(until=arrivals if self.drain is not None else None)
         stop_reason = "completed"
         if self._active:
             stop_reason = "drain_timeout"
             self._cut_off(self.env.now)
+        self._last_sample()
         not_started = None if self.total is None else self.total - self.started
         return SimResult(stop_reason, self.started, not_started, self._last_end, self.twin.stats)
 
@@ -108,6 +135,7 @@ class SimDriver:
                 yield env.timeout(exact_delay(env.now, task.arrival))
             self.started += 1
             self._start(TaskRun(task, task.arrival, self.retry))
+        self._arrived = True
         if self.drain is not None:
             yield env.timeout(self.drain)
 
@@ -127,6 +155,7 @@ class SimDriver:
         """Process carrying out one task's effects in simulated time; its value is the task's outcome."""
         env = self.env
         twin = self.twin
+        scraper = self.scraper
         max_model_len = twin.max_model_len
         children: list[simpy.Process] = []
         value: Any = None
@@ -138,6 +167,8 @@ class SimDriver:
                 run.sending(request, now)
                 if call.input_tokens + max(1, call.output_tokens) <= max_model_len:  # Twin.fits, inlined
                     done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                    if scraper is not None:
+                        scraper.ended(done)
                     record = _served(request, run.anchor, now, done)
                     self.sink.call(record, done.gaps if done.gaps is not None else ())
                 else:
@@ -172,6 +203,34 @@ class SimDriver:
         if record.end > self._last_end:
             self._last_end = record.end
         self.sink.task(record)
+        if self._arrived and not self._active:
+            self._last_sample()
+
+    def _scraping(self):
+        """Process sampling the twin's /metrics at 0, interval, 2 interval, ... until the run is over."""
+        env = self.env
+        interval = self.scrape_interval
+        assert interval is not None
+        tick = 0
+        while not self._scraping_over:
+            if self._arrived and not self._active:
+                self._last_sample()  # `_end` took it already, unless no task ever started
+                return
+            self._sample()
+            tick += 1
+            yield env.timeout(exact_delay(env.now, tick * interval))
+
+    def _sample(self) -> None:
+        now = self.env.now
+        if now != self._last_scrape:
+            self._last_scrape = now
+            self._on_scrape(float(now), self.scraper.sample())  # type: ignore[misc,union-attr]
+
+    def _last_sample(self) -> None:
+        """The run is over (every task ended, or cut off): one last sample now, and no more."""
+        if self.scraper is not None and not self._scraping_over:
+            self._sample()
+            self._scraping_over = True
 
     def _cut_off(self, now: float) -> None:
         """At the drain deadline: record the calls in flight and the unfinished tasks as cancelled,

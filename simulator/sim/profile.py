@@ -195,6 +195,14 @@ class StepTimeCoefficients(_Section):
     """Not a step term: seconds of that one-at-a-time work per prompt token (decoding and validating
     the prompt, hashing its prefix blocks), which every prompt token costs whether the prefix cache
     then holds it or not: a cache hit skips the prefill, not the request's handling."""
+    frontend_per_output_token: float = Field(0.0, ge=0)
+    """Not a step term: seconds of the API server's work per token it streams back (detokenising the
+    token, building and serialising the response chunk, writing it to the connection). vLLM's API
+    server is one asyncio loop that handles every engine step's outputs and new requests alike, so it
+    is the same one-at-a-time worker as `frontend_per_request`: a step's tokens occupy it for their
+    count times this, a token reaches its client when the work queued before it and its step's tokens
+    are done, and a request arriving meanwhile waits its turn. Under many streams this delays new
+    requests' first tokens; where the worker saturates it also slows every stream's delivery."""
     idle_wake: float = Field(0.0, ge=0)
     """Not a step term: seconds added to the first step after the engine sat idle for longer than
     `idle_after` (threads and caches gone cold, an idle CPU clocked down). Agent traffic meets an

@@ -1,6 +1,7 @@
 """One simulated run of a scenario, end to end: the workload on a twin of a server profile, records
-streamed into a result folder, the summary computed by the same code as a live run's
-(`simulator.metrics.summary`). The command line (`agentload simulate`) adds argument parsing.
+streamed into a result folder, the twin's /metrics sampled into server_metrics.jsonl as a live run
+scrapes vLLM's, the summary computed by the same code as a live run's (`simulator.metrics.summary`).
+The command line (`agentload simulate`) adds argument parsing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Optional
 from ..behaviour import RetryPolicy
 from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.results import ResultWriter, Window
+from ..metrics.server import SampleLog
 from ..metrics.slo import Slo
 from ..metrics.summary import SimulationStats, Summary
 from ..metrics.tally import RunTally
@@ -34,11 +36,13 @@ def simulate_to_folder(
     drain: Optional[float] = None,
     keep_gaps: bool = True,
     fast_decode: bool = True,
+    scrape_interval: Optional[float] = 1.0,
     info: Optional[dict[str, Any]] = None,
 ) -> tuple[Summary, SimResult]:
     """Simulate `workload` on `profile`, writing the result folder a live run writes (run.json,
-    calls/tasks JSONL, histograms, summary.json); returns (summary, how the simulation ended).
-    With `keep_gaps` every inter-token gap goes into the ITL histogram, else the summary
+    calls/tasks JSONL, histograms, summary.json, and the twin's /metrics every `scrape_interval`
+    simulated seconds in server_metrics.jsonl; None: no samples); returns (summary, how the simulation
+    ended). With `keep_gaps` every inter-token gap goes into the ITL histogram, else the summary
     approximates it from each call's ITL mean and count. `retry`, `duration`, `max_in_flight` and
     `drain` are the run settings (`task_run.driver_settings`), honoured as a live run honours them."""
     planned = planned_counts(workload)
@@ -51,9 +55,15 @@ def simulate_to_folder(
             "profile": profile.name,
             "profile_settings": profile.model_dump(mode="json"),
         }, window, planned, workload=workload))
-        driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode,
-                           duration=duration, max_in_flight=max_in_flight, drain=drain)
-        outcome = driver.run()
+        samples = SampleLog(folder) if scrape_interval is not None else None
+        try:
+            driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode,
+                               duration=duration, max_in_flight=max_in_flight, drain=drain,
+                               scrape_interval=scrape_interval, on_scrape=samples.add if samples is not None else None)
+            outcome = driver.run()
+        finally:
+            if samples is not None:
+                samples.close()
         writer.close()
         itl = writer.itl if keep_gaps else None
     simulation = _simulation_stats(profile, driver, outcome, wall=time.perf_counter() - started)

@@ -20,10 +20,15 @@ that rate deterministically, the same count for every sequence in a step (floor(
 step g), so runs are reproducible and a run of decode steps can be advanced at once. Asynchronous
 scheduling is modelled by its effect on step time only (see `step_time`), not by a one-step lag.
 A request sent at the instant another ends (a closed-loop client's next call) is seen by the next step.
-Before a request reaches the waiting queue it passes the API server: one request at a time, each taking
-`frontend_per_request` plus `frontend_per_prompt_token` per prompt token (a burst of requests queues
-there and reaches the engine staggered), then `request_overhead` of latency that runs beside everything
-else. Its TTFT and end count from its submission.
+The API server in front of the engine is one worker, first come first served (vLLM 0.32.0's API server
+is one asyncio loop: `AsyncLLM`'s output handler and the request handlers share it). A new request
+takes it for `frontend_per_request` plus `frontend_per_prompt_token` per prompt token (a burst of
+requests queues there and reaches the engine staggered), then waits `request_overhead` of latency that
+runs beside everything else before it joins the waiting queue. With `frontend_per_output_token`,
+every step's end also gives it the step's tokens, their count times that much work; each token reaches
+its client when that work is done (its first token, its gaps and its end are those delivery times), and
+a request arriving meanwhile queues behind it. The engine does not wait for the API server: blocks are
+freed at the step's end. A request's TTFT and end count from its submission.
 
 Fast path (`fast_decode`, the default): requests that decode step after step are advanced as one
 group (`simulator.sim.decode_group`): shared token, block and gap counters, a heap of finish points, so
@@ -33,7 +38,10 @@ be admitted and no other event is due before the step's end, the twin advances m
 once, up to the first finish, the first step boundary at or after the next event in the SimPy queue,
 or a KV shortage. Where the group cannot follow the scheduler exactly (its members would not all get
 their tokens or their blocks), its members are written back and the step is taken one request at a
-time. The records are the same as stepping one by one without the group (tests check this).
+time. The records are the same as stepping one by one without the group (tests check this). With
+per-token work in the API server, the delivery times of a run's steps are worked out as it is planned,
+but for its last step's: nothing reaches the API server before the run's last step begins, since the run
+stops at the next event, so its queue is the same as when stepping one by one.
 """
 
 from __future__ import annotations
@@ -116,6 +124,13 @@ class _Chunk:
     """Those gaps, when the twin keeps gaps."""
     emitted: int
     """Tokens each sequence emits over the run."""
+    last_emit: int
+    """Tokens each sequence emits in the run's last step."""
+    delivered_first: float = 0.0
+    """With per-token API-server work: when the first step's tokens reach the clients (if the run has
+    more than one step; the gaps above are then between deliveries, the last step's left out)."""
+    delivered_before_last: float = 0.0
+    """Likewise for the step before the last."""
 
 
 _Step = tuple[list[TwinRequest], list[tuple[TwinRequest, int]], Optional[_Chunk], float, float]
@@ -151,8 +166,9 @@ class Twin:
         self.request_overhead = profile.step_time.request_overhead
         self.frontend_per_request = profile.step_time.frontend_per_request
         self.frontend_per_prompt_token = profile.step_time.frontend_per_prompt_token
+        self.frontend_per_output_token = profile.step_time.frontend_per_output_token
         self._frontend_free = env.now
-        """When the API server is done with the requests it has been given."""
+        """When the API server is done with the requests and tokens it has been given."""
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
         self.waiting: deque[TwinRequest] = deque()
@@ -172,6 +188,8 @@ class Twin:
         self._cold = 0.0
         """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
         self._wake: Optional[simpy.Event] = None
+        self._plan: Optional[_Step] = None
+        """The latest planned step (None while idle)."""
         env.process(self._start())
 
     def _make_cache(self, profile: ServerProfile) -> KVCache:
@@ -217,7 +235,7 @@ class Twin:
         req = TwinRequest(input_tokens, target, hold, self.env.now, event, tag, [] if self.keep_gaps else None, raw)
         delay = self.request_overhead
         busy = self.frontend_per_request + self.frontend_per_prompt_token * input_tokens
-        if busy > 0.0:
+        if busy > 0.0 or self.frontend_per_output_token:
             # One request at a time, first come first served: wait for those before, then its own turn.
             now = self.env.now
             start = self._frontend_free if self._frontend_free > now else now
@@ -250,6 +268,13 @@ class Twin:
         """Whether a call of this size is accepted (prompt plus output within `max_model_len`)."""
         return input_tokens + max(1, output_tokens) <= self.max_model_len
 
+    def planned_step(self) -> Optional[tuple[float, float]]:
+        """(start, end) of the engine's latest planned step, None while it is idle. Stepping one by
+        one (``fast_decode=False``) it is the step under way, or the one that ends now while the next
+        is not planned yet; on the fast path it may be a run of decode steps."""
+        plan = self._plan
+        return None if plan is None else (plan[3], plan[4])
+
     def emitted(self, step: int) -> int:
         """Tokens each decoding sequence emits in engine step `step`."""
         if not self.k:
@@ -268,6 +293,7 @@ class Twin:
         """Plan the next step and schedule its end, or wait idle for a request."""
         group = self.group
         if not self.running and not self.waiting and not group.size:
+            self._plan = None
             self._idle_since = self.clock
             wake = self._wake = simpy.Event(self.env)
             wake.callbacks.append(self._woken)
@@ -288,6 +314,7 @@ class Twin:
         else:
             end = chunk.end
         step: _Step = (decodes, prefills, chunk, start, end)
+        self._plan = step
         env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
 
     def _woken(self, _event: simpy.Event) -> None:
@@ -306,7 +333,7 @@ class Twin:
         else:
             finished = self._finish_chunk(chunk)
         self.stats.busy_time += self.clock - start
-        if finished:
+        if finished:  # requests ended, and their clients learn it now
             # Let the clients of finished requests react (send their next call) before the next
             # step is planned, as a server sees a request sent the instant another ended.
             self.env.timeout(0).callbacks.append(self._step)
@@ -447,11 +474,13 @@ class Twin:
         return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context, pairs)
 
     def _finish_step(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]], end: float) -> bool:
-        """Apply one step's results at its end time; True when requests finished."""
+        """Apply one step's results at its end time; True when requests' events were resolved now."""
         self.clock = end
         emit = self.emitted(self._step_index) if self.k else 1
         self._step_index += 1
         self.stats.steps += 1
+        if self.frontend_per_output_token:
+            end = self._deliver(self._step_tokens(decodes, prefills, emit), end)  # the tokens' time from here
         done = self.group.advance(1, end, end, 0.0, (), emit) if self.group.size else []
         group_done = len(done)
         for req in decodes:
@@ -482,9 +511,30 @@ class Twin:
                     self._token(req, end)
                 if req.generated >= req.target:
                     done.append(req)
-        if done:
-            self._finish(done, group_done, end)
-        return bool(done)
+        return self._finish(done, group_done, end) if done else False
+
+    def _step_tokens(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]], emit: int) -> int:
+        """Tokens a step emits (before its results are applied): `emit` for each decoding sequence, or
+        what it lacks of its target, and one for each prefill it completes."""
+        group = self.group
+        tokens = group.emitted_tokens(group.tokens, emit) if group.size else 0
+        for req in decodes:
+            n = req.target - req.generated
+            tokens += emit if emit < n else n
+        for req, n in prefills:
+            if req.computed + n >= req.prefill_len:
+                tokens += 1
+        return tokens
+
+    def _deliver(self, tokens: int, t: float) -> float:
+        """Hand the API server `tokens` tokens a step emitted at `t`: when it has sent them (it works
+        first come first served, `frontend_per_output_token` a token)."""
+        if not tokens:
+            return t
+        free = self._frontend_free
+        free = (free if free > t else t) + tokens * self.frontend_per_output_token
+        self._frontend_free = free
+        return free
 
     def _token(self, req: TwinRequest, t: float) -> None:
         gap = t - req.last_token
@@ -525,6 +575,7 @@ class Twin:
             limit = self._chunk_limit(step, emit, limit)
         emits = map(self.emitted, range(step + 1, step + 1 + limit)) if k else repeat(1, limit)
         gaps: Optional[list[float]] = [] if self.keep_gaps else None
+        ends: Optional[list[float]] = [first] if self.frontend_per_output_token else None
         inner_max = 0.0
         steps = 1
         for emit in emits:  # until the first to reach a target, or to end at or after the horizon
@@ -536,6 +587,8 @@ class Twin:
                 inner_max = gap
             if gaps is not None:
                 gaps.append(gap)
+            if ends is not None:
+                ends.append(t)
             context += n_seqs * emit
             steps += 1
             if t >= horizon:
@@ -546,7 +599,33 @@ class Twin:
         if not self.kv.take(group.blocks_needed(reach)):
             return None
         group.horizon = reach
-        return _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted)
+        chunk = _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted, emit)
+        if ends is not None:
+            self._deliver_inner(chunk, ends, n_seqs)
+        return chunk
+
+    def _deliver_inner(self, chunk: _Chunk, ends: list[float], n_seqs: int) -> None:
+        """Hand the API server the tokens of a run's steps but the last (ending at `ends`), as their
+        ends would one by one, and set the run's gaps to those between their deliveries."""
+        step = self._step_index
+        k = self.k
+        gaps: Optional[list[float]] = [] if self.keep_gaps else None
+        inner_max = 0.0
+        before = 0.0
+        for i in range(chunk.steps - 1):
+            t = self._deliver(n_seqs * (self.emitted(step + i) if k else 1), ends[i])
+            if i:
+                gap = t - before
+                if gap > inner_max:
+                    inner_max = gap
+                if gaps is not None:
+                    gaps.append(gap)
+            else:
+                chunk.delivered_first = t
+            before = t
+        chunk.delivered_before_last = before
+        chunk.inner_max = inner_max
+        chunk.inner_gaps = gaps if gaps is not None else ()
 
     def _chunk_limit(self, step: int, first_emit: int, limit: int) -> int:
         """Steps after the first a run of decode steps from engine step `step` may take (hybrid
@@ -567,20 +646,33 @@ class Twin:
         return n
 
     def _finish_chunk(self, chunk: _Chunk) -> bool:
-        """Apply a run of the group's pure-decode steps at its end time; True when requests finished."""
+        """Apply a run of the group's pure-decode steps at its end time; True when requests' events were
+        resolved now."""
         self.clock = chunk.end
         self._step_index += chunk.steps
         self.stats.steps += chunk.steps
         self.stats.fast_chunks += 1
-        done = self.group.advance(chunk.steps, chunk.first, chunk.end, chunk.inner_max, chunk.inner_gaps,
-                                  chunk.emitted)
-        if done:
-            self._finish(done, len(done), chunk.end)
-        return bool(done)
+        group = self.group
+        first, end, inner_max, inner = chunk.first, chunk.end, chunk.inner_max, chunk.inner_gaps
+        if self.frontend_per_output_token:
+            last = group.emitted_tokens(group.tokens + chunk.emitted - chunk.last_emit, chunk.last_emit)
+            end = self._deliver(last, end)
+            if chunk.steps == 1:
+                first = end
+            else:
+                first = chunk.delivered_first
+                gap = end - chunk.delivered_before_last
+                if gap > inner_max:
+                    inner_max = gap
+                if self.keep_gaps:
+                    inner = [*inner, gap]
+        done = group.advance(chunk.steps, first, end, inner_max, inner, chunk.emitted)
+        return self._finish(done, len(done), end) if done else False
 
-    def _finish(self, done: list[TwinRequest], settled: int, end: float) -> None:
+    def _finish(self, done: list[TwinRequest], settled: int, end: float) -> bool:
         """End finished requests (the first `settled` were group members, already out of `running`):
-        free their blocks, resolve their events."""
+        free their blocks now, resolve their events at `end`, when their last tokens reach the clients.
+        True when the events were resolved now."""
         if settled < len(done):
             finished = set(map(id, done[settled:]))
             self.running = [r for r in self.running if id(r) not in finished]
@@ -589,6 +681,16 @@ class Twin:
             self.kv.release(req.hold, req.computed)
             stats.finished += 1
             stats.output_tokens += req.generated
+        now = self.env.now
+        if end > now:  # the API server is still sending: the clients learn of the end later
+            self.env.timeout(exact_delay(now, end)).callbacks.append(lambda _: self._resolve(done, end))
+            return False
+        self._resolve(done, end)
+        return True
+
+    def _resolve(self, done: list[TwinRequest], end: float) -> None:
+        """Resolve ended requests' events."""
+        for req in done:
             event = req.event
             assert event is not None
             if req.raw:

@@ -54,6 +54,7 @@ class TwinBackend:
         window = measurement_window(scenario, workload)
         summary, _ = simulate_to_folder(
             workload, self.profile, folder, window=window, slo=scenario.slo, keep_gaps=False,
+            scrape_interval=scenario.run.scrape_interval,
             info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
                   "settings": scenario.model_dump(mode="json", by_alias=True)},
             **driver_settings(scenario.run))
