@@ -14,6 +14,9 @@ It takes the event loop's own socket reads: asyncio's selector loop reads throug
 `arrival` stays None (the caller then takes the time of reading, as without this module). The kernel
 turns its stamping on some milliseconds after the first socket asks for it; `keep_stamping` asks once
 ahead of a run. Packets that came in before that carry no stamp and are timed as read.
+
+Servers get the same from `listener`: its accepted connections read this way, and a request handler
+asks `last_arrival` when its request arrived (the emulator starts a request's clock there).
 """
 
 from __future__ import annotations
