@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import conversations as shared
 from simulator.live.probes import COUNTERS, GAUGES
 from simulator.metrics import results, server
 from simulator.report.folder_data import Scrapes
@@ -44,21 +45,8 @@ PROFILES = {
 }
 
 
-def conversations(seed: int = 3, tasks: int = 40) -> Workload:
-    """Conversations over a shared system prompt whose prompt grows turn by turn (prefix hits)."""
-    rng = np.random.default_rng(seed)
-    system = tuple(range(1, 21))
-    out, next_id = [], 10**6
-    for i in range(tasks):
-        ids, calls = system, []
-        for _ in range(int(rng.integers(2, 6))):
-            fresh = int(rng.integers(2, 12))
-            ids = ids + tuple(range(next_id, next_id + fresh))
-            next_id += fresh
-            calls.append(Call(len(ids) * 16 + int(rng.integers(0, 16)), int(rng.integers(1, 150)),
-                              gap=float(rng.choice([0.0, 0.05, 0.5])), hash_ids=ids, block_size=16))
-        out.append(Task(f"t{i}", tuple(calls), arrival=float(rng.uniform(0, 3.0))))
-    return Workload(tuple(sorted(out, key=lambda t: t.arrival)))
+def conversations() -> Workload:
+    return shared.conversations(3, tasks=40, max_output=150, arrival_span=3.0)
 
 
 def simulated(tmp_path, profile: ServerProfile, interval=0.25, **options):

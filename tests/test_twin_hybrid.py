@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import conversations as shared
 from simulator.errors import InputError
 from simulator.sim.driver import simulate
 from simulator.sim.hybrid import chunk_tokens, geometry, group_size
@@ -239,20 +240,8 @@ def hybrid_profile(**kv_cache):
     })
 
 
-def conversations(seed: int, tasks: int = 30) -> Workload:
-    rng = np.random.default_rng(seed)
-    system = tuple(range(1, 21))  # 320 tokens shared by every conversation
-    out, next_id = [], 10**6
-    for i in range(tasks):
-        ids, calls = system, []
-        for _ in range(int(rng.integers(2, 6))):
-            fresh = int(rng.integers(2, 12))
-            ids = ids + tuple(range(next_id, next_id + fresh))
-            next_id += fresh
-            calls.append(Call(len(ids) * 16 + int(rng.integers(0, 16)), int(rng.integers(1, 120)),
-                              gap=float(rng.choice([0.0, 0.05, 0.5])), hash_ids=ids, block_size=16))
-        out.append(Task(f"t{i}", tuple(calls), arrival=float(rng.uniform(0, 2.0))))
-    return Workload(tuple(sorted(out, key=lambda t: t.arrival)))
+def conversations(seed: int) -> Workload:
+    return shared.conversations(seed, tasks=30, max_output=120, arrival_span=2.0)
 
 
 @pytest.mark.parametrize("profile", [
