@@ -145,11 +145,27 @@ def rate_scale(workload: Workload, factor: float, mode: str = "compress", seed: 
     for k in range(copies):
         offset = 0.0 if k == 0 else float(rng.uniform(0, period))
         for t, a in zip(tasks, arrivals):
-            copy = t if k == 0 else _map_calls(t, lambda c, k=k: dataclasses.replace(c, hash_ids=shift(c.hash_ids, k)))
-            pool.append(dataclasses.replace(copy, id=t.id if k == 0 else f"{t.id}~{k}", arrival=t0 + (a + offset) % period))
+            if k:
+                t = _renamed(_map_calls(t, lambda c, k=k: dataclasses.replace(c, hash_ids=shift(c.hash_ids, k))), t.id, k)
+            pool.append(dataclasses.replace(t, arrival=t0 + (a + offset) % period))
     keep = min(len(pool), int(round(factor * n)))
     chosen = np.sort(rng.choice(len(pool), size=keep, replace=False))
     return _with(workload, [pool[i] for i in chosen], "rate_scale", {"factor": factor, "mode": mode, "seed": seed})
+
+
+def _renamed(task: Task, root: str, k: int) -> Task:
+    """The k-th copy of a task tree under ids of its own: the root `root` becomes `root~k`, a sub-task named
+    under it (`root/agent_1`) becomes `root~k/agent_1`, any other sub-task id gets `~k`. Records, reports and a
+    live run's prompts (whose unshared tails are seeded by the task id) tell tasks apart by their ids."""
+    def name(tid: str) -> str:
+        if tid == root:
+            return f"{root}~{k}"
+        if tid.startswith(root + "/"):
+            return f"{root}~{k}{tid[len(root):]}"
+        return f"{tid}~{k}"
+
+    subs = tuple(dataclasses.replace(s, task=_renamed(s.task, root, k)) for s in task.subtasks)
+    return dataclasses.replace(task, id=name(task.id), subtasks=subs)
 
 
 class _CopyIds:

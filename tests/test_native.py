@@ -269,3 +269,12 @@ def test_arrival_span_and_its_words():
     assert wl.arrival_span() == 6_204_861.0 and Workload(()).arrival_span() == 0.0
     assert describe_seconds(6_204_861) == "71 days 19 h" and describe_seconds(45) == "45 s"
     assert describe_seconds(3 * 3600 + 20 * 60) == "3 h 20 min" and describe_seconds(725) == "12 min 5 s"
+
+
+def test_repeated_task_ids_are_made_unique_sub_tasks_too(tmp_path):
+    sub = Task("t1/agent", (Call(5, 1),))
+    parent = Task("t1", (Call(10, 1),), subtasks=(SubTask(0, sub),))
+    for name in ("one", "two"):
+        native.write(Workload((parent, Task("lone", (Call(3, 1),), subtasks=(SubTask(0, sub),)))), tmp_path / f"{name}.jsonl")
+    ids = [t.id for t in load([tmp_path / "one.jsonl", tmp_path / "two.jsonl"]).all_tasks()]
+    assert sorted(ids) == sorted(["t1", "t1/agent", "lone", "t1/agent#1", "t1#1", "t1/agent#2", "lone#1", "t1/agent#3"])

@@ -58,6 +58,19 @@ def test_rate_scale_overlay_keeps_the_span_and_separates_copies(work):
     assert rate_scale(work, 2.0, mode="overlay", seed=1) == out
 
 
+def test_rate_scale_overlay_gives_every_copy_s_sub_tasks_ids_of_their_own(work):
+    named_under = Task(id="b/agent_1", calls=_calls((8, 2, 0.0, (5, 6))))
+    b = Task(id="b", arrival=14.0, calls=_calls((12, 2, 5.0, (1, 2, 9))), subtasks=(SubTask(0, named_under),))
+    work = Workload((work.tasks[0], b, work.tasks[2]))
+    out = rate_scale(work, 3.0, mode="overlay", seed=1)
+    every = [t.id for t in out.all_tasks()]
+    assert len(every) == 15 and len(set(every)) == 15
+    assert {"a.s~1", "a.s~2", "b~1/agent_1", "b~2/agent_1"} <= set(every)
+    copy = next(t for t in out.tasks if t.id == "b~2")
+    assert copy.subtasks[0].task.id == "b~2/agent_1"
+    assert copy.subtasks[0].task.calls[0].hash_ids != named_under.calls[0].hash_ids
+
+
 def test_filter_and_sample(work):
     assert [t.id for t in filter_classes(work, ["x"]).tasks] == ["a", "c"]
     with pytest.raises(InputError, match="classes present"):

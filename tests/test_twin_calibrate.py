@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.sim.calibrate import (FIT_TERMS, LOADED_SHORT, SweepPoint, calibrate, design_sweep, fit, fit_report,
+from simulator.sim.calibrate import (FIT_TERMS, LOADED_SHORT, LONG_OUTPUT, SweepPoint, calibrate, design_sweep, fit, fit_report,
                                      loaded_stream, measure_on_twin, probe_offsets, probe_phases)
 from simulator.sim.profile import load_profile
 from simulator.sim.twin import Twin
@@ -29,6 +29,9 @@ def test_sweep_separates_prefill_and_decode_within_limits():
     assert kinds == {"prefill", "decode", "loaded"}
     assert all(p.input_tokens + p.output_tokens <= 4096 for p in points)
     assert max(p.concurrency for p in points) == 64
+    # single decodes long enough to put the cost of a step on steps: at a short and a cached 1,024 context
+    assert {(p.concurrency, p.input_tokens, p.cached) for p in points if p.output_tokens == LONG_OUTPUT} == {
+        (1, 64, False), (1, 1025, True)}
     # calls under load leave themselves a seat beside the streams: 16 and 48 of 64, not 96
     loaded = {(p.concurrency, p.input_tokens) for p in points if p.kind == "loaded"}
     assert loaded == {(16, LOADED_SHORT), (48, LOADED_SHORT), (16, 1024), (48, 2048)}

@@ -77,6 +77,9 @@ the next step, and a search from a single start can stall on such a jump far fro
 SETTINGS = frozenset({"idle_after"})
 """Step-time fields that are settings, not coefficients: calibration keeps them as the profile has them."""
 
+LONG_OUTPUT = 160
+"""Output tokens of the sweep's long single decodes (five times the other decode points')."""
+
 WAKE_PAUSE = 0.5
 """Seconds of quiet before the sweep's wake-up points: well past any `idle_after` a server needs."""
 
@@ -224,6 +227,13 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
             # a burst the KV cache cannot hold would measure preemption, not steps
             if b * -(-(prompt + output) // bs) <= kv.capacity_blocks:
                 points.append(SweepPoint("decode", b, prompt, output, cached=cached))
+    # single requests of a longer output at two contexts: with every other decode point at 32 tokens,
+    # what a decode step costs and what a request costs once would otherwise rest on the prefill points
+    for context in (64, 1024):
+        cached = context >= bs
+        prompt = context + 1 if cached else context
+        if prompt + LONG_OUTPUT <= limit:
+            points.append(SweepPoint("decode", 1, prompt, LONG_OUTPUT, cached=cached))
     # calls sent while streams decode, each stream and call with a seat and blocks of its own: short
     # calls (the API server's work per streamed token), long prefills (steps mixing prefill and decode)
     for n, p in [(n, LOADED_SHORT) for n in LOADED_STREAMS] + list(LOADED_MIXED):

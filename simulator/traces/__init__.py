@@ -151,11 +151,17 @@ def _merge(parts: list[Workload], provenance: Optional[Provenance]) -> Workload:
 
 
 def _unique_ids(tasks: tuple[Task, ...]) -> list[Task]:
-    """Keep ids unique across files: a repeated id gets a numeric suffix."""
+    """Keep task ids unique across files and within them, sub-tasks' too: a repeated id gets a numeric suffix.
+    Records and reports tell tasks apart by id, and a live run seeds a prompt's unshared part by it: two
+    tasks under one id would share prompt text that the workload says is their own."""
     seen: dict[str, int] = {}
-    out = []
-    for task in tasks:
+
+    def renamed(task: Task) -> Task:
         n = seen.get(task.id, 0)
         seen[task.id] = n + 1
-        out.append(task if n == 0 else dataclasses.replace(task, id=f"{task.id}#{n}"))
-    return out
+        subs = tuple(dataclasses.replace(s, task=renamed(s.task)) for s in task.subtasks)
+        if n == 0 and all(s.task is o.task for s, o in zip(subs, task.subtasks)):
+            return task
+        return dataclasses.replace(task, id=task.id if n == 0 else f"{task.id}#{n}", subtasks=subs)
+
+    return [renamed(t) for t in tasks]
