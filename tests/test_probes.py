@@ -8,6 +8,7 @@ from aiohttp import web
 
 from simulator.live.probes import MetricsProbe, Sample, parse_metrics
 from simulator.metrics.records import TaskRecord
+from simulator.metrics.server import TimelineJoin
 
 # Shaped like vLLM 0.x's exposition: counters with _total and _created, labels, two engines.
 EXPOSITION = """\
@@ -142,24 +143,26 @@ def test_join_is_time_weighted_sample_and_hold():
         (2.0, {"kv_cache_usage_perc": 0.6, "num_requests_waiting": 4.0, "num_requests_running": 3.0}),
         (4.0, {"kv_cache_usage_perc": 0.0, "num_requests_waiting": 0.0}),
     ])
-    loads = probe.join([_task("a", 1.5, 3.5), _task("b", 0.0, 1.0), _task("c", 5.0, 5.0), _task("d", 3.0, 5.0)])
-    a, b, c, d = loads
+    join = TimelineJoin(probe.samples)
+    a, b, c, d, e = (join.loads(t) for t in (_task("a", 1.5, 3.5), _task("b", 0.0, 1.0), _task("c", 5.0, 5.0),
+                                              _task("d", 3.0, 5.0), _task("e", 0.5, 1.5)))
     # a: 0.5 s at 0.2, 1.5 s at 0.6
-    assert a.task_id == "a"
-    assert a.kv_cache_usage_mean == pytest.approx((0.5 * 0.2 + 1.5 * 0.6) / 2.0)
-    assert a.waiting_mean == pytest.approx(1.5 * 4.0 / 2.0)
+    assert a["kv_cache_usage_mean"] == pytest.approx((0.5 * 0.2 + 1.5 * 0.6) / 2.0)
+    assert a["waiting_mean"] == pytest.approx(1.5 * 4.0 / 2.0)
     # b lies before the first sample: the first value holds.
-    assert b.kv_cache_usage_mean == pytest.approx(0.2)
+    assert b["kv_cache_usage_mean"] == pytest.approx(0.2)
     # c has zero length: the value at its instant.
-    assert c.kv_cache_usage_mean == 0.0
+    assert c["kv_cache_usage_mean"] == 0.0
     # d: running's last sample is at 2.0 and holds through d's lifetime.
-    assert d.running_mean == pytest.approx(3.0)
-    assert d.waiting_mean == pytest.approx((1.0 * 4.0 + 1.0 * 0.0) / 2.0)
+    assert d["running_mean"] == pytest.approx(3.0)
+    assert d["waiting_mean"] == pytest.approx((1.0 * 4.0 + 1.0 * 0.0) / 2.0)
+    # e starts before the first sample and ends after it
+    assert e["kv_cache_usage_mean"] == pytest.approx(0.2) and e["running_mean"] == pytest.approx(1.0)
 
 
 def test_join_without_samples_gives_none():
-    (load,) = _probe_with([]).join([_task("a", 0.0, 1.0)])
-    assert load.kv_cache_usage_mean is None and load.waiting_mean is None
+    load = TimelineJoin([]).loads(_task("a", 0.0, 1.0))
+    assert load == {"kv_cache_usage_mean": None, "waiting_mean": None, "running_mean": None}
 
 
 def test_write_jsonl(tmp_path):

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from simulator.live.probes import MetricsProbe, Sample
 from simulator.metrics import histograms as H
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
@@ -118,17 +117,11 @@ def test_server_section_from_its_tally_matches_the_list_based_one(name, tmp_path
     tally = server_metrics.ServerTally().feed(results.iter_calls(folder))
     for task in results.iter_tasks(folder):  # as the writer feeds them: each task after its calls
         tally.task(task)
-    probe = None
+    join = None
     if (folder / server_metrics.SERVER_METRICS_FILE).exists():
-        probe = MetricsProbe("http://unused")
-        probe.samples[:] = [Sample(row.pop("t"), row) for row in server_metrics.read_samples(folder)]
-    rows = []
-    for task, cached in zip(results.iter_tasks(folder), tally.ended()):
-        load = None
-        if probe is not None:
-            [joined] = probe.join((task,))
-            load = {k: getattr(joined, k) for k in server_metrics.LOAD_KEYS}
-        rows.append(server_metrics.task_row(task, cached, load))
+        join = server_metrics.TimelineJoin([server_metrics.Sample(row.pop("t"), row) for row in server_metrics.read_samples(folder)])
+    rows = [server_metrics.task_row(task, cached, join.loads(task) if join is not None else None)
+            for task, cached in zip(results.iter_tasks(folder), tally.ended())]
     values = server_metrics.write_task_rows(tmp_path, rows)
     assert (tmp_path / server_metrics.SERVER_TASKS_FILE).read_bytes() == (folder / server_metrics.SERVER_TASKS_FILE).read_bytes()
     section = server_metrics.section(tally, values, len(rows), written["timeline"], interval_s=written["interval_s"],

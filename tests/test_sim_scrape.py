@@ -99,9 +99,10 @@ def test_samples_agree_with_the_twin_and_its_records(tmp_path, name, interval):
 
 @pytest.mark.parametrize("name", ["plain", "hybrid-tight"])
 def test_sampling_leaves_the_records_as_they_were(tmp_path, name):
-    simulate_to_folder(conversations(), PROFILES[name], tmp_path / "off", scrape_interval=None)
+    off, _ = simulate_to_folder(conversations(), PROFILES[name], tmp_path / "off", scrape_interval=None)
     simulate_to_folder(conversations(), PROFILES[name], tmp_path / "on", scrape_interval=0.01)
     assert not (tmp_path / "off" / server.SERVER_METRICS_FILE).exists()
+    assert not off.server["scraped"] and off.server["timeline"] is None and off.server["note"]
     for name in (results.CALLS_FILE, results.TASKS_FILE):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
 
@@ -128,3 +129,30 @@ def test_the_interval_must_be_positive_and_have_somewhere_to_go():
             SimDriver(conversations(), plain(), ListSink(), scrape_interval=bad, on_scrape=lambda t, v: None)
     with pytest.raises(ValueError, match="go together"):
         SimDriver(conversations(), plain(), ListSink(), scrape_interval=1.0)
+
+
+def test_the_summary_has_a_live_runs_server_section_and_server_tasks(tmp_path):
+    folder, summary, outcome, samples = simulated(tmp_path, PROFILES["tight"], interval=0.25)
+    section = summary.server
+    calls = [c for c in results.read_calls(folder) if c.ok]
+    tasks = list(results.iter_tasks(folder))
+    assert section["scraped"] and section["interval_s"] == 0.25 and section["tasks"] == len(tasks)
+    assert section["files"] == [server.SERVER_METRICS_FILE, server.SERVER_TASKS_FILE]
+    # the calls' cached tokens, as a live run counts them from each response's usage
+    usage = section["usage_cached_tokens"]
+    assert usage["calls_ok"] == usage["calls_reporting"] == len(calls)
+    assert usage["cached_tokens"] == sum(c.cached_tokens for c in calls) > 0
+    assert usage["prompt_tokens"] == sum(c.input_tokens for c in calls)
+    # the timeline: the samples' means and maxima, the counters' increase
+    timeline = section["timeline"]
+    assert timeline["samples"] == len(samples)
+    waiting = [s["num_requests_waiting"] for s in samples]
+    assert timeline["num_requests_waiting"]["max"] == max(waiting) > 0
+    assert timeline["num_preemptions_delta"] == samples[-1]["num_preemptions"] - samples[0]["num_preemptions"] > 0
+    # one row per task, its load a time-weighted mean of what the twin held while it ran
+    rows = server.read_task_rows(folder)
+    assert [r["task_id"] for r in rows] == [t.task_id for t in tasks]
+    busiest = max(rows, key=lambda r: r["running_mean"])
+    assert 0 < busiest["running_mean"] <= max(s["num_requests_running"] for s in samples)
+    assert all(0.0 <= r["kv_cache_usage_mean"] <= 1.0 for r in rows)
+    assert section["per_task"]["cache_hit_share"]["count"] == sum(r["cache_hit_share"] is not None for r in rows)

@@ -2,8 +2,8 @@
 
 `MetricsProbe` keeps a time series (seconds since the run's t0) of queue depths, KV-cache usage
 and the prefix-cache, preemption, token and speculative-decoding counters; it writes them to
-``server_metrics.jsonl`` and summarizes them. `MetricsProbe.join` gives each task the mean
-KV-cache usage and queue depth the server had while that task was alive. Optional NVML sampling
+``server_metrics.jsonl`` and summarizes them (`simulator.metrics.server` joins them with the tasks).
+Optional NVML sampling
 adds GPU utilization and memory when nvidia-ml-py and a GPU are there.
 
 A failed scrape is counted and the series goes on; it never stops the run.
@@ -17,32 +17,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..metrics.records import TaskRecord
+from ..metrics.server import COUNTERS, GAUGES, GPU_PREFIX, Sample, timeline_summary
 
-# Our name -> the sample names vLLM has used for it (newest first). Label sets (engines, models)
-# are summed.
-GAUGES: dict[str, tuple[str, ...]] = {
-    "num_requests_running": ("vllm:num_requests_running",),
-    "num_requests_waiting": ("vllm:num_requests_waiting",),
-    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-}
-COUNTERS: dict[str, tuple[str, ...]] = {
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "num_preemptions": ("vllm:num_preemptions_total",),
-    "prompt_tokens": ("vllm:prompt_tokens_total",),
-    "generation_tokens": ("vllm:generation_tokens_total",),
-    "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
-    "spec_decode_num_drafts": ("vllm:spec_decode_num_drafts_total",),
-    "spec_decode_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
-    "spec_decode_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
-}
-GPU_PREFIX = "gpu"
 RESULT_FILE = "server_metrics.jsonl"
 
 
@@ -71,58 +52,6 @@ def parse_metrics(text: str) -> dict[str, float]:
                 values[ours] = sums[name]
                 break
     return values
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One scrape: seconds since t0 and the values found (our names)."""
-
-    t: float
-    values: dict[str, float]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskLoad:
-    """What the server looked like while one task was alive (time-weighted means; None without data)."""
-
-    task_id: str
-    kv_cache_usage_mean: Optional[float]
-    waiting_mean: Optional[float]
-    running_mean: Optional[float]
-
-
-def _time_weighted_mean(samples: list[Sample], key: str, start: float, end: float) -> Optional[float]:
-    """Mean of a sample-and-hold series over [start, end]; before the first sample its value holds."""
-    points = [(s.t, s.values[key]) for s in samples if key in s.values]
-    if not points:
-        return None
-    if end <= start:
-        return _value_at(points, start)
-    area = 0.0
-    for i, (t, v) in enumerate(points):
-        seg_start = -math.inf if i == 0 else t
-        seg_end = points[i + 1][0] if i + 1 < len(points) else math.inf
-        lo, hi = max(seg_start, start), min(seg_end, end)
-        if hi > lo:
-            area += v * (hi - lo)
-    return area / (end - start)
-
-
-def _value_at(points: list[tuple[float, float]], t: float) -> float:
-    value = points[0][1]
-    for pt, pv in points:
-        if pt > t:
-            break
-        value = pv
-    return value
-
-
-def _counter_delta(series: list[float]) -> float:
-    """Increase over the run, tolerating a server restart (a counter that falls back toward 0)."""
-    total = 0.0
-    for prev, cur in zip(series, series[1:]):
-        total += cur - prev if cur >= prev else cur
-    return total
 
 
 @dataclass
@@ -261,40 +190,14 @@ class MetricsProbe:
                 fh.write(json.dumps({"t": s.t, **s.values}) + "\n")
         return path
 
-    def series(self, key: str) -> list[tuple[float, float]]:
-        """(t, value) pairs of one tracked name."""
-        return [(s.t, s.values[key]) for s in self.samples if key in s.values]
-
     def summary(self) -> dict:
-        """Gauges: mean and max over samples; counters: increase over the run; prefix-cache hit share."""
-        out: dict = {"samples": len(self.samples), "failed_scrapes": self.failures}
+        """Gauges: mean and max over samples; counters: increase over the run; prefix-cache hit share
+        (`simulator.metrics.server.timeline_summary`), with the last scrape error and the GPU note."""
+        timeline = timeline_summary(self.samples, self.failures)
+        head = {key: timeline.pop(key) for key in ("samples", "failed_scrapes")}
         if self.last_error:
-            out["last_error"] = self.last_error
-        gauge_keys = list(GAUGES) + sorted({k for s in self.samples for k in s.values if k.startswith(GPU_PREFIX)})
-        for key in gauge_keys:
-            vals = [v for _, v in self.series(key)]
-            if vals:
-                out[key] = {"mean": sum(vals) / len(vals), "max": max(vals)}
-        for key in COUNTERS:
-            vals = [v for _, v in self.series(key)]
-            if vals:
-                out[f"{key}_delta"] = _counter_delta(vals)
-        queries = out.get("prefix_cache_queries_delta")
-        hits = out.get("prefix_cache_hits_delta")
-        out["prefix_cache_hit_share"] = hits / queries if queries and hits is not None else None
+            head["last_error"] = self.last_error
+        out = {**head, **timeline}
         if self.gpu_note:
             out["gpu_note"] = self.gpu_note
         return out
-
-    def join(self, tasks: Iterable[TaskRecord]) -> list[TaskLoad]:
-        """For each task, the time-weighted mean KV usage, waiting and running requests over
-        [arrival, end] (sample-and-hold between scrapes)."""
-        return [
-            TaskLoad(
-                task.task_id,
-                _time_weighted_mean(self.samples, "kv_cache_usage_perc", task.arrival, task.end),
-                _time_weighted_mean(self.samples, "num_requests_waiting", task.arrival, task.end),
-                _time_weighted_mean(self.samples, "num_requests_running", task.arrival, task.end),
-            )
-            for task in tasks
-        ]

@@ -19,7 +19,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 from urllib.parse import urlsplit
 
 from ..errors import InputError
@@ -356,37 +356,16 @@ async def open_probe(scenario: Scenario, root: str, redact: Redactor) -> tuple[O
 
 
 def server_summary(folder: Path, probe: Optional[MetricsProbe], note: Optional[str],
-                    tally: server_metrics.ServerTally, interval: float, redact: Redactor) -> dict[str, Any]:
-    """Join the scrapes with the task records (read back one at a time), write server_tasks.jsonl,
-    return the summary section."""
-    timeline = None
-    if probe is not None:
-        timeline = probe.summary()
-        if timeline.get("last_error"):
-            timeline["last_error"] = redact(timeline["last_error"])
-        note = note or probe.gpu_note
-
-    def rows() -> Iterator[dict[str, Any]]:
-        # tasks.jsonl holds the tasks in the order the tally was fed them
-        for task, cached in zip(results.iter_tasks(folder), tally.ended()):
-            load = None
-            if probe is not None:
-                [joined] = probe.join((task,))
-                load = {"kv_cache_usage_mean": joined.kv_cache_usage_mean, "waiting_mean": joined.waiting_mean,
-                        "running_mean": joined.running_mean}
-            yield server_metrics.task_row(task, cached, load)
-
-    counted = 0
-
-    def counting() -> Iterator[dict[str, Any]]:
-        nonlocal counted
-        for row in rows():
-            counted += 1
-            yield row
-
-    values = server_metrics.write_task_rows(folder, counting())
-    return server_metrics.section(tally, values, counted, timeline, interval_s=interval if probe else None,
-                                  note=note)
+                   tally: server_metrics.ServerTally, interval: float, redact: Redactor) -> dict[str, Any]:
+    """Join the scrapes with the task records, write server_tasks.jsonl, return the summary section
+    (`simulator.metrics.server.summarize`); a scrape error is redacted first."""
+    if probe is None:
+        return server_metrics.summarize(folder, tally, None, note=note)
+    timeline = probe.summary()
+    if timeline.get("last_error"):
+        timeline["last_error"] = redact(timeline["last_error"])
+    return server_metrics.summarize(folder, tally, probe.samples, timeline, interval_s=interval,
+                                    note=note or probe.gpu_note)
 
 
 async def _drive(driver: Driver, writer: ResultWriter, total: int,

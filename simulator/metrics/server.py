@@ -10,19 +10,24 @@ Two files of the result folder come from here::
 
 and the ``server`` section of summary.json: the timeline summary (gauges: mean and max; counters:
 increase over the run), the distribution of the per-task values across tasks, and the share of prompt
-tokens the server reported as cached. Samples and per-task loads come in as plain values (the
-scraping itself lives in `simulator.live.probes`).
+tokens the server reported as cached. Samples come in as plain values, from a live run's scrapes
+(`simulator.live.probes`) or a simulation's twin (`simulator.sim.scrape`); `summarize` builds the
+section and server_tasks.jsonl from them the same way for both.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
+from . import results
 from .records import CallRecord, TaskRecord
 
 SERVER_METRICS_FILE = "server_metrics.jsonl"
@@ -32,10 +37,104 @@ LOAD_KEYS = ("kv_cache_usage_mean", "waiting_mean", "running_mean")
 """Per-task time-weighted means from the /metrics timeline."""
 TASK_KEYS = (*LOAD_KEYS, "cache_hit_share")
 
+# Our name -> the sample names vLLM has used for it (newest first). Label sets (engines, models)
+# are summed.
+GAUGES: dict[str, tuple[str, ...]] = {
+    "num_requests_running": ("vllm:num_requests_running",),
+    "num_requests_waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "num_preemptions": ("vllm:num_preemptions_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
+    "spec_decode_num_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_decode_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_decode_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+}
+GPU_PREFIX = "gpu"
+"""Gauges sampled from the GPUs (NVML) are named with this prefix."""
+LOAD_GAUGES = {"kv_cache_usage_mean": "kv_cache_usage_perc", "waiting_mean": "num_requests_waiting",
+               "running_mean": "num_requests_running"}
+"""Each per-task load and the gauge it is the mean of."""
+
 
 class SampleLike(Protocol):
+    """Anything with a sample's time (seconds since the run's start) and values by name."""
+
     t: float
     values: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One scrape: seconds since the run's start and the values found (our names)."""
+
+    t: float
+    values: dict[str, float]
+
+
+def timeline_summary(samples: Sequence[SampleLike], failures: int = 0) -> dict[str, Any]:
+    """Gauges: mean and max over samples; counters: increase over the run; prefix-cache hit share."""
+    out: dict[str, Any] = {"samples": len(samples), "failed_scrapes": failures}
+    gauge_keys = list(GAUGES) + sorted({k for s in samples for k in s.values if k.startswith(GPU_PREFIX)})
+    for key in gauge_keys:
+        vals = [s.values[key] for s in samples if key in s.values]
+        if vals:
+            out[key] = {"mean": sum(vals) / len(vals), "max": max(vals)}
+    for key in COUNTERS:
+        vals = [s.values[key] for s in samples if key in s.values]
+        if vals:
+            out[f"{key}_delta"] = counter_delta(vals)
+    queries = out.get("prefix_cache_queries_delta")
+    hits = out.get("prefix_cache_hits_delta")
+    out["prefix_cache_hit_share"] = hits / queries if queries and hits is not None else None
+    return out
+
+
+def counter_delta(series: Sequence[float]) -> float:
+    """Increase over the run, tolerating a server restart (a counter that falls back toward 0)."""
+    total = 0.0
+    for prev, cur in zip(series, series[1:]):
+        total += cur - prev if cur >= prev else cur
+    return total
+
+
+class TimelineJoin:
+    """Each task's time-weighted mean KV-cache usage, waiting and running requests over [arrival, end]
+    from the samples (sample and hold; before the first sample its value holds; a task of no length
+    gets the value at its instant). Built once; a task then costs a binary search and the samples
+    within its lifetime, not a pass over the whole timeline."""
+
+    def __init__(self, samples: Sequence[SampleLike]) -> None:
+        self._series: dict[str, tuple[list[float], list[float]]] = {}
+        for load, gauge in LOAD_GAUGES.items():
+            points = [(s.t, s.values[gauge]) for s in samples if gauge in s.values]
+            if points:
+                self._series[load] = ([p[0] for p in points], [p[1] for p in points])
+
+    def loads(self, task: TaskRecord) -> dict[str, Optional[float]]:
+        """The task's means by `LOAD_KEYS` (None for a gauge never sampled)."""
+        return {key: self._mean(key, task.arrival, task.end) if key in self._series else None for key in LOAD_KEYS}
+
+    def _mean(self, key: str, start: float, end: float) -> float:
+        times, values = self._series[key]
+        first = max(0, bisect.bisect_right(times, start) - 1)  # the segment holding `start`
+        if end <= start:
+            return values[first]
+        area = 0.0
+        for i in range(first, len(times)):
+            seg_start = -math.inf if i == 0 else times[i]
+            if seg_start >= end:
+                break
+            seg_end = times[i + 1] if i + 1 < len(times) else math.inf
+            lo, hi = max(seg_start, start), min(seg_end, end)
+            if hi > lo:
+                area += values[i] * (hi - lo)
+        return area / (end - start)
 
 
 class SampleLog:
@@ -243,3 +342,24 @@ def section(
     if note:
         out["note"] = note
     return out
+
+
+def summarize(folder: Path, tally: ServerTally, samples: Optional[Sequence[SampleLike]],
+              timeline: Optional[Mapping[str, Any]] = None, *, interval_s: Optional[float] = None,
+              note: Optional[str] = None) -> dict[str, Any]:
+    """Join the samples with the task records of `folder` (read back one at a time, in the order `tally`
+    was fed them), write server_tasks.jsonl, return the ``server`` section. `samples` None: nothing was
+    scraped; `timeline` replaces `timeline_summary(samples)` where the caller adds to it."""
+    join = TimelineJoin(samples) if samples is not None else None
+    if samples is not None and timeline is None:
+        timeline = timeline_summary(samples)
+    counted = 0
+
+    def rows() -> Iterator[dict[str, Any]]:
+        nonlocal counted
+        for task, cached in zip(results.iter_tasks(folder), tally.ended()):
+            counted += 1
+            yield task_row(task, cached, join.loads(task) if join is not None else None)
+
+    values = write_task_rows(folder, rows())
+    return section(tally, values, counted, timeline, interval_s=interval_s if samples is not None else None, note=note)

@@ -1,6 +1,7 @@
 """One simulated run of a scenario, end to end: the workload on a twin of a server profile, records
 streamed into a result folder, the twin's /metrics sampled into server_metrics.jsonl as a live run
-scrapes vLLM's, the summary computed by the same code as a live run's (`simulator.metrics.summary`).
+scrapes vLLM's, the summary computed by the same code as a live run's (`simulator.metrics.summary`),
+its ``server`` section and server_tasks.jsonl too (`simulator.metrics.server.summarize`).
 The command line (`agentload simulate`) adds argument parsing.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, Optional
 from ..behaviour import RetryPolicy
 from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.results import ResultWriter, Window
-from ..metrics.server import SampleLog
+from ..metrics import server as server_metrics
 from ..metrics.slo import Slo
 from ..metrics.summary import SimulationStats, Summary
 from ..metrics.tally import RunTally
@@ -47,29 +48,37 @@ def simulate_to_folder(
     `drain` are the run settings (`task_run.driver_settings`), honoured as a live run honours them."""
     planned = planned_counts(workload)
     started = time.perf_counter()
-    tally = RunTally(window, slo)
-    with ResultWriter(folder, window, sinks=(tally,)) as writer:
+    tally, server = RunTally(window, slo), server_metrics.ServerTally()
+    samples: Optional[list[server_metrics.Sample]] = [] if scrape_interval is not None else None
+    with ResultWriter(folder, window, sinks=(tally, server)) as writer:
         writer.write_run_info(run_info({
             **(info or {}),
             "simulated": True,
             "profile": profile.name,
             "profile_settings": profile.model_dump(mode="json"),
         }, window, planned, workload=workload))
-        samples = SampleLog(folder) if scrape_interval is not None else None
+        log = server_metrics.SampleLog(folder) if samples is not None else None
+
+        def scraped(t: float, values: dict[str, float]) -> None:
+            log.add(t, values)
+            samples.append(server_metrics.Sample(t, values))
+
         try:
             driver = SimDriver(workload, profile, writer, retry=retry, keep_gaps=keep_gaps, fast_decode=fast_decode,
                                duration=duration, max_in_flight=max_in_flight, drain=drain,
-                               scrape_interval=scrape_interval, on_scrape=samples.add if samples is not None else None)
+                               scrape_interval=scrape_interval, on_scrape=scraped if log is not None else None)
             outcome = driver.run()
         finally:
-            if samples is not None:
-                samples.close()
+            if log is not None:
+                log.close()
         writer.close()
         itl = writer.itl if keep_gaps else None
     simulation = _simulation_stats(profile, driver, outcome, wall=time.perf_counter() - started)
     sections: dict[str, Any] = {"simulation": simulation}
     if info and "scenario" in info:
         sections["scenario"] = info["scenario"]
+    sections["server"] = server_metrics.summarize(folder, server, samples, interval_s=scrape_interval,
+                                                  note=None if samples is not None else "the twin was not sampled")
     summary = write_summary(folder, window=window, slo=slo, planned=planned, itl=itl,
                             partial=outcome.partial, stop_reason=outcome.stop_reason, sections=lambda: sections,
                             tally=tally)
