@@ -23,7 +23,7 @@ import math
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
