@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import conversations as shared
-from simulator.live.probes import COUNTERS, GAUGES
 from simulator.metrics import results, server
+from simulator.metrics.server import COUNTERS, GAUGES
 from simulator.report.folder_data import Scrapes
 from simulator.sim.driver import SimDriver, ListSink
 from simulator.sim.profile import ServerProfile, profile_from_dict

@@ -369,8 +369,7 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
     theta, _ = nnls(jacobian, np.ones(len(rows)))
     coefficients = {term: float(v) for term, v in zip(linear, theta)}
     if len(linear) < len(terms) or len(rows) < len(points):
-        coefficients, jacobian = _fit_frontend(points, y, profile, list(terms), coefficients, x, rows)
-        predicted = np.array([measure_on_twin(p, with_coefficients(profile, coefficients)) for p in points])
+        coefficients, jacobian, predicted = _fit_frontend(points, y, profile, list(terms), coefficients, x, rows)
     else:
         predicted = x @ theta
     values = np.array([coefficients[t] for t in terms])
@@ -394,7 +393,8 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
 
 
 def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, terms: list[str],
-                  linear: dict[str, float], x: np.ndarray, rows: list[int]) -> tuple[dict[str, float], np.ndarray]:
+                  linear: dict[str, float], x: np.ndarray,
+                  rows: list[int]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Nonlinear least squares over `terms` and all points from the `linear` fit (features `x` of the
     points `rows`), in two stages when the API server's per-token work is a term: first every other
     term, over every point but the short calls under load, from the linear fit with a part of its
@@ -404,8 +404,8 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
     per-token work can stall the search far from the best fit). The twin with no per-token work is not
     the limit of a little: its tokens never wait for the API server, where any per-token work makes them
     wait for a request's intake under way. So the first stage's fit, without it, is kept when it fits
-    all points better. Returns the coefficients and the Jacobian of the relative residuals per unit
-    coefficient."""
+    all points better. Returns the coefficients, the Jacobian of the relative residuals per unit
+    coefficient, and the twin's value at every point with those coefficients."""
     overhead = linear.get("request_overhead", 0.0)
     # each coefficient in units of a scale (its start, or what makes it 1% of a typical measurement):
     # the search then steps every term by the same relative amount
@@ -458,7 +458,8 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
                          everything)
         if _cost(points, y, profile, without) <= _cost(points, y, profile, best):
             best = without
-    return best, _jacobian(points, y, profile, best, terms)
+    jacobian, predicted = _jacobian(points, y, profile, best, terms)
+    return best, jacobian, predicted
 
 
 def _cost(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
@@ -470,10 +471,11 @@ def _cost(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
 
 
 def _jacobian(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, coefficients: dict[str, float],
-              terms: Sequence[str]) -> np.ndarray:
+              terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The relative residuals' derivative per unit of each of `terms` at `coefficients`, by forward
-    differences of 1% of the term (smaller ones would see single requests cross step boundaries);
-    columns of terms at 0 are left 0: the standard errors leave them out."""
+    differences of 1% of the term (smaller ones would see single requests cross step boundaries),
+    after the twin's values at `coefficients` it differences from; columns of terms at 0 are left 0:
+    the standard errors leave them out."""
     model = with_coefficients(profile, coefficients)
     base = np.array([measure_on_twin(p, model) for p in points])
     columns = []
@@ -485,7 +487,7 @@ def _jacobian(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfil
         step = 0.01 * value
         moved = with_coefficients(profile, {**coefficients, term: value + step})
         columns.append((np.array([measure_on_twin(p, moved) for p in points]) - base) / (y * step))
-    return np.array(columns).T
+    return np.array(columns).T, base
 
 
 def _short_under_load(point: SweepPoint) -> bool:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..behaviour import RetryPolicy
+from ..metrics import server as server_metrics
 from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.results import ResultWriter, Window
-from ..metrics import server as server_metrics
 from ..metrics.slo import Slo
 from ..metrics.summary import SimulationStats, Summary
 from ..metrics.tally import RunTally
