@@ -8,12 +8,14 @@ import simpy
 
 from simulator.sim.calibrate import (FIT_TERMS, LOADED_SHORT, LONG_OUTPUT, SweepPoint, calibrate, design_sweep, fit, fit_report,
                                      loaded_stream, measure_on_twin, probe_offsets, probe_phases)
+from simulator.live.calibration import FRESH_SPREAD, fresh_length
 from simulator.sim.profile import load_profile
 from simulator.sim.twin import Twin
 
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
         "per_prefill_attention": 1.0e-9, "request_overhead": 0.012, "frontend_per_request": 0.003,
-        "frontend_per_prompt_token": 2.0e-6, "frontend_per_output_token": 5.0e-5, "idle_wake": 0.006}
+        "frontend_per_prompt_token": 2.0e-6, "frontend_per_output_token": 5.0e-5, "idle_wake": 0.006,
+        "per_new_shape": 0.002}
 
 
 def known_profile(**step_time):
@@ -92,12 +94,14 @@ def test_sweep_of_a_small_context_server_reaches_its_limit_and_fits_the_kv_cache
 
 
 def test_decode_point_measures_end_to_end_latency_of_the_burst():
-    # one request alone: the request overhead, one prefill step, then O - 1 decode steps, each fixed +
-    # per_token (one token) + per_decode_seq + per_context_token * (prompt + tokens so far)
+    # one request alone: the request overhead, one prefill step (of a new size: per_new_shape), then
+    # O - 1 decode steps of one sequence (a size held from the start), each fixed + per_token (one
+    # token) + per_decode_seq + per_context_token * (prompt + tokens so far)
     truth = known_profile()
     point = SweepPoint("decode", 1, 64, 32)
     c = TRUE
-    prefill = c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
+    prefill = (c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
+               + c["per_new_shape"])
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
                  for k in range(1, 32))
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 64
@@ -108,13 +112,13 @@ def test_decode_point_measures_end_to_end_latency_of_the_burst():
 
 def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefills_only_the_tail():
     # P = 1000 with 128-token blocks: the warm-up leaves 7 full blocks (896 tokens) in the prefix cache,
-    # so the timed request prefills 104 tokens after 896 cached ones, in one step
+    # so the timed request prefills 104 tokens after 896 cached ones, in one step of a new size
     truth = known_profile()
     point = SweepPoint("prefill", 1, 1000, 1, cached=True)
     c = TRUE
     n, cached = 104, 896
     step = (c["fixed"] + c["per_token"] * n + c["per_context_token"] * (cached + n)
-            + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2))
+            + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2) + c["per_new_shape"])
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 1000
     assert measure_on_twin(point, truth) == pytest.approx(handling + step + c["frontend_per_output_token"], rel=1e-9)
     assert "P=1000 cached" in point.label()
@@ -186,3 +190,25 @@ def test_shipped_tiny_preset_is_calibrated_with_the_real_servers_settings():
     st = profile.step_time
     assert st.fixed > 0 and st.per_token > 0 and st.request_overhead > 0
     assert st.schedule_fixed == 0 and st.schedule_per_seq == 0  # folded into the fitted terms
+
+
+def test_a_prefill_after_one_of_its_size_finds_its_kernels_built():
+    truth = known_profile()
+    fresh, same = SweepPoint("prefill", 1, 1024, 1), SweepPoint("prefill", 1, 1024, 1, same_size=True)
+    assert measure_on_twin(fresh, truth) - measure_on_twin(same, truth) == pytest.approx(TRUE["per_new_shape"], rel=1e-9)
+    assert "after one of its size" in same.label()
+    assert {(p.input_tokens, p.same_size) for p in design_sweep(truth) if p.same_size} == {(64, True), (1024, True)}
+
+
+def test_a_live_sweep_sends_uncached_prompts_of_lengths_moved_a_few_tokens_either_way():
+    rng = np.random.default_rng(5)
+    point = SweepPoint("prefill", 1, 1024, 1)
+    moved = [fresh_length(point, rng, 4096) - 1024 for _ in range(2000)]
+    assert 0 not in moved and min(moved) == -FRESH_SPREAD and max(moved) == FRESH_SPREAD
+    assert abs(np.mean(moved)) < 0.5 and np.median(np.abs(moved)) > 1
+    # near the context limit they move down only; cached, same-size and short prompts do not move
+    top = SweepPoint("prefill", 1, 4095, 1)
+    assert all(4095 - FRESH_SPREAD <= fresh_length(top, rng, 4096) < 4095 for _ in range(200))
+    for fixed in (SweepPoint("prefill", 1, 1025, 1, cached=True), SweepPoint("prefill", 1, 64, 1, same_size=True),
+                  SweepPoint("prefill", 4, 16, 1)):
+        assert fresh_length(fixed, rng, 4096) == fixed.input_tokens

@@ -242,3 +242,37 @@ def test_a_request_after_a_long_idle_pays_the_wake_up_once(fast):
     short = a.end + 0.01
     (_, c), _ = run(profile, [(0.0, 100, 1, ()), (short, 100, 1, ())], fast_decode=fast)
     assert c.ttft == pytest.approx(prefill, abs=1e-12)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_step_of_a_size_not_run_lately_pays_for_its_kernels(fast):
+    profile = make_profile(step_time={"per_new_shape": 0.003})
+    prefill = 0.01 + 0.001 * 100 + 1e-5 * 100
+    decode = [0.01 + 0.001 + 0.002 + 1e-5 * (100 + i) for i in (1, 2)]
+    # a 100-token step is new, its one-sequence decode steps are of a size held from the start
+    (a,), _ = run(profile, [(0.0, 100, 3, ())], fast_decode=fast)
+    assert a.ttft == pytest.approx(prefill + 0.003, abs=1e-12)
+    assert a.end - a.submitted == pytest.approx(prefill + 0.003 + sum(decode), abs=1e-12)
+    # the same size again finds its kernels; after two other sizes (a cache of two) it does not
+    profile = make_profile(step_time={"per_new_shape": 0.003, "shape_cache": 2})
+    (a, b), _ = run(profile, [(0.0, 100, 1, ()), (1.0, 100, 1, ())], fast_decode=fast)
+    assert b.ttft == pytest.approx(prefill, abs=1e-12)
+    sizes = [(0.0, 100, 1, ()), (1.0, 90, 1, ()), (2.0, 80, 1, ()), (3.0, 100, 1, ())]
+    done, _ = run(profile, sizes, fast_decode=fast)
+    assert done[3].ttft == pytest.approx(prefill + 0.003, abs=1e-12)
+    # used again in between, a size stays (least recently used goes first)
+    sizes = [(0.0, 100, 1, ()), (1.0, 90, 1, ()), (2.0, 100, 1, ()), (3.0, 80, 1, ()), (4.0, 100, 1, ())]
+    done, _ = run(profile, sizes, fast_decode=fast)
+    paid = [round(d.ttft - (0.01 + 0.00101 * n), 9) for d, (_, n, _, _) in zip(done, sizes)]
+    assert paid == [0.003, 0.003, 0.0, 0.003, 0.0]
+
+
+def test_decode_runs_pay_for_a_new_batch_size_once():
+    # 20 sequences decoding together: a batch size past the ones held from the start
+    profile = make_profile(step_time={"per_new_shape": 0.003})
+    requests = [(0.0, 10, 5, ())] * 20
+    plain, _ = run(make_profile(), requests)
+    for fast in (False, True):
+        done, _ = run(profile, requests, fast_decode=fast)
+        # the 200-token prefill step and the first 20-sequence decode step are new sizes, no other step
+        assert done[0].end - plain[0].end == pytest.approx(0.006, abs=1e-12)

@@ -16,10 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibrate",
         help="fit a server profile's step-time coefficients by measuring a sweep on a server",
         description="Run a sweep of request bursts (prefill: one request of growing prompt, after a pause, "
-        "of a prompt already cached, and bursts of several at once; decode: growing batches at short and "
-        "long context, single requests at more contexts; loaded: short calls and long prefills sent while "
-        "streams decode; measured: TTFT and end-to-end latency) against a server, fit the step-time "
-        "coefficients and the request's handling outside the engine (the API server's one-at-a-time work "
+        "after one of the same length, of a prompt already cached, and bursts of several at once; decode: "
+        "growing batches at short and long context, single requests at more contexts; loaded: short calls "
+        "and long prefills sent while streams decode; measured: TTFT and end-to-end latency) against a "
+        "server, fit the step-time coefficients (among them the cost of a step of a size not run lately) "
+        "and the request's handling outside the engine (the API server's one-at-a-time work "
         "per request and per streamed token, and plain latency) by non-negative least squares with the "
         "twin as the model, and write the calibrated profile. The base profile gives the scheduler and KV "
         "settings, which must match how the server was started. See docs/server-twin.md.",
@@ -64,7 +65,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         conditions = "exact"
     else:
         load_before = _load_average()
-        measured = _measure_live(args, points, base.kv_cache.block_size)
+        measured = _measure_live(args, points, base.kv_cache.block_size, base.scheduler.max_model_len)
         source = args.target
         conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
                       f"{_load_average()} after")
@@ -81,7 +82,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size: int) -> list[float]:
+def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size: int,
+                  max_model_len: int) -> list[float]:
     """The sweep measured on --target, each point's repeats reduced by --statistic; the rounds and
     every point's measurements shown on stderr."""
     import asyncio
@@ -92,7 +94,7 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
     samples = asyncio.run(measure_sweep(
-        target, points, block_size=block_size, repeat=args.repeat,
+        target, points, block_size=block_size, repeat=args.repeat, max_model_len=max_model_len,
         on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr)))
     reduce = statistics.median if args.statistic == "median" else min
     values = [reduce(s) for s in samples]

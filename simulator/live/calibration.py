@@ -26,13 +26,14 @@ async def measure_sweep(
     *,
     block_size: int,
     repeat: int = 3,
+    max_model_len: Optional[int] = None,
     seed: int = 0,
     on_round: Optional[Callable[[int], None]] = None,
 ) -> list[list[float]]:
     """Each point's `repeat` measurements (seconds): its TTFT (prefill), mean end-to-end latency
     (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
     when round n (from 1) is done. A cached point's prompts are made of `block_size` blocks (the
-    server's). InputError at the first call that fails."""
+    server's); no prompt and output exceed `max_model_len`. InputError at the first call that fails."""
     # Each round measures the points in a new seeded random order: a drift of the server's speed (other
     # work on a shared machine) spreads over all terms instead of biasing the terms measured last.
     rng = np.random.default_rng(seed)
@@ -41,21 +42,47 @@ async def measure_sweep(
     nonce = f"{os.getpid()}-{time.time_ns()}"
     samples: list[list[float]] = [[] for _ in points]
     async with Client(target, time.perf_counter()) as client:
-        await _burst(client, points[0], f"calibrate-{nonce}--1-0", block_size)  # warm-up
+        limit = max_model_len or max(p.input_tokens + p.output_tokens for p in points)
+
+        async def burst(point: SweepPoint, key: str) -> float:
+            return await _burst(client, point, key, block_size, fresh_length(point, rng, limit))
+
+        await burst(points[0], f"calibrate-{nonce}--1-0")  # warm-up
         for attempt in range(repeat):
             for index in rng.permutation(len(points)):
                 key = f"calibrate-{nonce}-{index}-{attempt}"
-                samples[index].append(await _burst(client, points[index], key, block_size))
+                samples[index].append(await burst(points[index], key))
             if on_round is not None:
                 on_round(attempt + 1)
     return samples
 
 
-async def _burst(client: Client, point: SweepPoint, key: str, block_size: int) -> float:
-    """Send the point's burst once (a cached point's prompts once more before, untimed); its value."""
+FRESH_SPREAD = 8
+"""An uncached point's prompt length moves by up to this many tokens either way each time it is sent."""
+
+
+def fresh_length(point: SweepPoint, rng: np.random.Generator, limit: int) -> int:
+    """The prompt length to send for `point` this time. A step of a size the server ran lately finds its
+    kernels built, one of a new size builds them (`per_new_shape`); agent traffic's prefills are of new
+    sizes all the time, and so are the sweep's but those of a same-size point and prompts too short to
+    move, each time a few tokens longer or shorter. The moves are symmetric, so the median over the
+    repeats is the nominal length's, which the twin takes (but next to `limit`, prompt and output
+    tokens together, where they move down only: a few tokens of thousands)."""
+    p = point.input_tokens
+    if point.cached or point.same_size or p <= 2 * FRESH_SPREAD:
+        return p
+    move = int(rng.choice([d for d in range(-FRESH_SPREAD, FRESH_SPREAD + 1) if d]))
+    return p + move if p + move + point.output_tokens <= limit else p - abs(move)
+
+
+async def _burst(client: Client, point: SweepPoint, key: str, block_size: int, prompt: int) -> float:
+    """Send the point's burst once, its requests of `prompt` tokens (a cached point's prompts once more
+    before, untimed; a same-size point's one request of its size); its value."""
     if point.kind == "loaded":
         return await _loaded(client, point, key, block_size)
-    calls = [Call(point.input_tokens, point.output_tokens)] * point.concurrency
+    calls = [Call(prompt, point.output_tokens)] * point.concurrency
+    if point.same_size:
+        await _send_all(client, [CallRequest(f"{key}-size", "calibrate", 0, Call(point.input_tokens, 1))])
     if point.cached:
         prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
         calls = [Call(point.input_tokens, point.output_tokens, hash_ids=ids, block_size=block_size)

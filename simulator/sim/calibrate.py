@@ -10,6 +10,10 @@ server with no shared prefix:
 - ``prefill`` of a cached prompt (``cached``): the same prompt sent twice, the second timed; the prefix
   cache holds all its full blocks but the last token's, so what grows with P is the request's handling
   in the API server (``frontend_per_prompt_token``: parsing, block hashing), not prefill compute;
+- ``prefill`` after one of the same size (``same_size``): a request of as many prompt tokens (other
+  tokens) runs just before, untimed, so the timed one's step finds its kernels built; the difference
+  to a prefill of a size the server has not run lately is ``per_new_shape`` (a live sweep makes the
+  other points' prompt lengths new by a few tokens each time, `simulator.live.calibration`);
 - ``prefill`` bursts (B > 1): B requests sent at once; the API server hands them to the engine one
   after another (``frontend_per_request``), so the later ones miss the first step;
 - ``decode``: B requests of P prompt tokens and O output tokens, their prompts already in the prefix
@@ -49,12 +53,12 @@ import numpy as np
 import simpy
 from scipy.optimize import least_squares, nnls
 
-from .profile import CalibrationRecord, ServerProfile
+from .profile import STEP_SETTINGS, CalibrationRecord, ServerProfile
 from .twin import Twin, exact_delay
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
              "request_overhead", "frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token",
-             "idle_wake")
+             "idle_wake", "per_new_shape")
 """The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
 attended token, per query-key pair of prefill, latency outside the engine, and the API server's
 one-at-a-time work per request and per prompt token. A single request's TTFT is the request's handling
@@ -62,7 +66,8 @@ plus its prefill steps, so the prefill rows' intercept gives the handling and th
 prefill attention, and the decode rows (many steps per request) give `fixed`; cached prompts separate
 the per-prompt-token handling from prefill compute, and bursts its one-at-a-time part from plain
 latency; single requests decoding at several contexts separate the attended-context term from the
-per-sequence ones; prefills after a pause give the cost of waking an idle engine; short calls sent while
+per-sequence ones; prefills after a pause give the cost of waking an idle engine, prefills after one of
+their size against prefills of new sizes the cost of a step of a new size; short calls sent while
 streams decode give the API server's work per streamed token, which delays them by the streams' tokens
 of every step."""
 
@@ -73,9 +78,6 @@ FRONTEND_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9)
 """Shares of the linear fit's `request_overhead` the nonlinear search starts from as the API server's
 one-at-a-time work; the best fit of these starts is kept. Burst values jump where a request moves to
 the next step, and a search from a single start can stall on such a jump far from the best fit."""
-
-SETTINGS = frozenset({"idle_after"})
-"""Step-time fields that are settings, not coefficients: calibration keeps them as the profile has them."""
 
 LONG_OUTPUT = 160
 """Output tokens of the sweep's long single decodes (five times the other decode points')."""
@@ -125,12 +127,15 @@ class SweepPoint:
     cached: bool = False
     """Each request's prompt is sent once just before the burst (untimed), so the prefix cache holds
     its whole blocks (of a loaded point: its streams' prompts)."""
+    same_size: bool = False
+    """A request of as many prompt tokens (no prefix shared) runs just before, untimed: the burst's
+    step sizes have their kernels built (`per_new_shape`)."""
 
     def label(self) -> str:
         if self.kind == "loaded":
             return f"loaded N={self.concurrency} P={self.input_tokens} O={self.output_tokens}"
         pause = f" after {self.idle:g} s idle" if self.idle else ""
-        cached = " cached" if self.cached else ""
+        cached = " cached" if self.cached else " after one of its size" if self.same_size else ""
         return f"{self.kind} B={self.concurrency} P={self.input_tokens}{cached} O={self.output_tokens}{pause}"
 
 
@@ -198,6 +203,7 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
     for p in (64, 1024):
         if p + 1 <= limit:
             points.append(SweepPoint("prefill", 1, p, 1, idle=WAKE_PAUSE))
+            points.append(SweepPoint("prefill", 1, p, 1, same_size=True))
     # cached prompts of whole blocks and one token more: the warm-up leaves all the blocks cached, and
     # the timed request computes a single token after them
     bs = kv.block_size
@@ -259,6 +265,9 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
         prompts = cached_prompts(point, bs)
         for hash_ids in prompts:
             twin.submit(point.input_tokens, 1, hash_ids, bs)
+        env.run()
+    if point.same_size:
+        twin.submit(point.input_tokens, 1)
         env.run()
     if point.idle:
         env.run(until=env.now + point.idle)
@@ -322,7 +331,7 @@ def cached_prompts(point: SweepPoint, block_size: int, first: int = 0,
 
 def unit_profile(profile: ServerProfile, term: str) -> ServerProfile:
     """`profile` with every step-time coefficient 0 but `term` (1), synchronous, no speculation."""
-    zero = {name: 0.0 for name in type(profile.step_time).model_fields if name not in SETTINGS}
+    zero = {name: 0.0 for name in type(profile.step_time).model_fields if name not in STEP_SETTINGS}
     zero[term] = 1.0
     return profile.model_copy(update={
         "step_time": profile.step_time.model_copy(update=zero),
@@ -341,7 +350,7 @@ def feature_matrix(points: Sequence[SweepPoint], profile: ServerProfile,
 def with_coefficients(profile: ServerProfile, coefficients: dict[str, float]) -> ServerProfile:
     """`profile` with these step-time coefficients and all other fitted ones 0, synchronous scheduling,
     marked calibrated."""
-    values = {name: 0.0 for name in type(profile.step_time).model_fields if name not in SETTINGS}
+    values = {name: 0.0 for name in type(profile.step_time).model_fields if name not in STEP_SETTINGS}
     values.update(coefficients)
     return profile.model_copy(update={
         "step_time": profile.step_time.model_copy(update=values),
@@ -434,10 +443,10 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
             m = model(units)
             return np.array([measure_on_twin(points[i], m) for i in used]) / y[used] - 1
 
-        # steps of 1% of each scale: smaller ones would see single requests cross step boundaries
-        # (jumps) rather than the trend
+        # steps of 3% of each scale: smaller ones see single requests cross step boundaries, and a
+        # burst's steps change sizes (kernel-cache misses), as jumps rather than the trend
         result = least_squares(residuals, np.array([start[t] for t in free]) / scale, bounds=(0.0, np.inf),
-                               diff_step=0.01, method="trf")
+                               diff_step=0.03, method="trf")
         units = np.where(result.x < 1e-6, 0.0, result.x)  # a term the search ran down to its bound
         return result.cost, {**start, **dict(zip(free, (float(v) for v in units * scale)))}
 

@@ -209,6 +209,21 @@ class StepTimeCoefficients(_Section):
     idle server after every tool call at low load; back-to-back benchmarks never do."""
     idle_after: float = Field(0.05, ge=0)
     """Idle time (s) beyond which the next step pays `idle_wake`; a setting, not fitted."""
+    per_new_shape: float = Field(0.0, ge=0)
+    """Seconds added to a step whose count of scheduled tokens is not among the last `shape_cache`
+    distinct counts: building the kernels for a new shape. vLLM's CPU build runs each linear layer
+    through a oneDNN matmul primitive made for the exact row count (the step's tokens) and keeps the
+    last 32 per layer shape (vLLM 0.32.0: ``create_onednn_mm(weight, 32)`` in
+    model_executor/layers/utils.py, an LRU keyed on the row count in csrc/cpu/dnnl_helper.cpp), so
+    a step of a new size builds them anew. Decode steps repeat a few sizes; steps with a prefill chunk
+    rarely repeat one. A GPU build captures graphs for fixed sizes and pays no such cost: 0 there."""
+    shape_cache: int = Field(32, ge=1)
+    """Distinct step sizes whose kernels the engine keeps (`per_new_shape`); a setting, not fitted."""
+
+
+STEP_SETTINGS = frozenset({"idle_after", "shape_cache"})
+"""`StepTimeCoefficients` fields that are settings, not coefficients: calibration keeps them as the
+profile has them, and they are no measurement a prediction could lack."""
 
 
 class CalibrationRecord(_Section):

@@ -47,7 +47,7 @@ stops at the next event, so its queue is the same as when stepping one by one.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Generator, Iterator, Optional, Sequence
@@ -60,6 +60,10 @@ from .kv_cache import Holding, KVCache
 from .profile import ServerProfile
 from .request import TwinRequest
 from .step_time import StepTimeModel
+
+WARM_SHAPES = 16
+"""Step sizes 1 to 16 are in the kernel cache (`per_new_shape`) from the start: the small decode
+batches an engine in service runs all the time, whose kernels a warmed-up server holds."""
 
 MAX_CHUNK_STEPS = 4096
 """Most decode steps advanced in one go."""
@@ -187,6 +191,10 @@ class Twin:
         self._idle_since = env.now
         self._cold = 0.0
         """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
+        self.per_new_shape = profile.step_time.per_new_shape
+        self.shape_cache = profile.step_time.shape_cache
+        self._shapes: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, min(WARM_SHAPES, self.shape_cache) + 1))
+        """Step sizes (scheduled tokens) whose kernels the engine holds, least recently used first."""
         self._wake: Optional[simpy.Event] = None
         self._plan: Optional[_Step] = None
         """The latest planned step (None while idle)."""
@@ -306,16 +314,35 @@ class Twin:
         start = self.clock
         chunk = None
         if group.size and not prefills and not decodes and not preempted and not self.running \
-                and env.peek() > now:
+                and env.peek() > now and (not self.per_new_shape or group.size * (1 + self.k) in self._shapes):
             chunk = self._decode_chunk()
         if chunk is None:
             end = start + self._duration(decodes, prefills) + self._cold
             self._cold = 0.0
+            if self.per_new_shape:
+                tokens = sum(n for _, n in prefills) + (len(decodes) + group.size) * (1 + self.k)
+                if not self._known_shape(tokens):
+                    end += self.per_new_shape
         else:
             end = chunk.end
+            self._known_shape(group.size * (1 + self.k))  # a run of steps of one known size
         step: _Step = (decodes, prefills, chunk, start, end)
         self._plan = step
         env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
+
+    def _known_shape(self, tokens: int) -> bool:
+        """Whether a step of `tokens` scheduled tokens finds its kernels built (always, without
+        `per_new_shape`); either way they are the most recently used from now on."""
+        if not self.per_new_shape:
+            return True
+        shapes = self._shapes
+        if tokens in shapes:
+            shapes.move_to_end(tokens)
+            return True
+        shapes[tokens] = None
+        if len(shapes) > self.shape_cache:
+            shapes.popitem(last=False)
+        return False
 
     def _woken(self, _event: simpy.Event) -> None:
         self._wake = None

@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .profile import ServerProfile
-
-SETTINGS = frozenset({"idle_after"})
-"""Step-time fields that are settings, not measured coefficients."""
+from .profile import STEP_SETTINGS, ServerProfile
 
 SPEC_TERMS = frozenset({"per_spec_token", "per_draft_pass"})
 """Step-time terms that act only with speculative decoding."""
@@ -52,7 +49,7 @@ def uncertainty(profile: ServerProfile) -> Uncertainty:
     unmeasured = []
     spec = profile.spec_decode.num_tokens
     terms = [name for name, value in profile.step_time.model_dump().items()
-             if value and name not in SETTINGS and (spec or name not in SPEC_TERMS)
+             if value and name not in STEP_SETTINGS and (spec or name not in SPEC_TERMS)
              and (not profile.calibrated or (record is not None and name not in fitted))]
     if terms:
         unmeasured.append("step_time (" + ", ".join(terms) + ")")
