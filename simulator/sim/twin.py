@@ -12,8 +12,10 @@ in the order a process stepping it would; requests are events it resolves. Each 
    set is below `max_num_seqs` and budget is left: the prefix cache gives their leading cached blocks
    (at least one prompt token is always computed), the rest is prefilled, in chunks when
    `chunked_prefill` is on. A request that does not fit stops admission.
-3. The step lasts what the step-time model says; at its end prefills advance, a finished prefill
-   emits the first token, decodes emit their tokens, and finished requests free their blocks.
+3. The step lasts what the step-time model says, and `per_new_shape` more when its count of scheduled
+   tokens is not among the last `shape_cache` counts run (kernels built for a new size); at its end
+   prefills advance, a finished prefill emits the first token, decodes emit their tokens, and
+   finished requests free their blocks.
 
 Speculative decoding emits (1 - a^(k+1)) / (1 - a) tokens per decode step on average; the twin emits
 that rate deterministically, the same count for every sequence in a step (floor((g+1)E) - floor(gE) at
