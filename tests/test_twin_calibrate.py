@@ -202,13 +202,20 @@ def test_a_prefill_after_one_of_its_size_finds_its_kernels_built():
 
 def test_a_live_sweep_sends_uncached_prompts_of_lengths_moved_a_few_tokens_either_way():
     rng = np.random.default_rng(5)
+    scheduler = load_profile("tiny-vllm-cpu").scheduler  # 4,096 tokens of context, 2,048 a step
     point = SweepPoint("prefill", 1, 1024, 1)
-    moved = [fresh_length(point, rng, 4096) - 1024 for _ in range(2000)]
+    moved = [fresh_length(point, rng, scheduler) - 1024 for _ in range(2000)]
     assert 0 not in moved and min(moved) == -FRESH_SPREAD and max(moved) == FRESH_SPREAD
     assert abs(np.mean(moved)) < 0.5 and np.median(np.abs(moved)) > 1
-    # near the context limit they move down only; cached, same-size and short prompts do not move
-    top = SweepPoint("prefill", 1, 4095, 1)
-    assert all(4095 - FRESH_SPREAD <= fresh_length(top, rng, 4096) < 4095 for _ in range(200))
+    # a move that would pass the context limit, or take the burst's prefill into one more step, goes
+    # down: 4,095 tokens, one prompt of 2,048 and four of 1,024 fill their steps to the token
+    for p, b in ((4095, 1), (2048, 1), (1024, 4)):
+        top = SweepPoint("prefill", b, p, 1)
+        assert all(p - FRESH_SPREAD <= fresh_length(top, rng, scheduler) < p for _ in range(200))
+    # one past a step's budget moves up: a shorter prompt would save a step
+    assert all(2049 < fresh_length(SweepPoint("prefill", 1, 2049, 1), rng, scheduler) <= 2049 + FRESH_SPREAD
+               for _ in range(200))
+    # cached, same-size and short prompts do not move
     for fixed in (SweepPoint("prefill", 1, 1025, 1, cached=True), SweepPoint("prefill", 1, 64, 1, same_size=True),
                   SweepPoint("prefill", 4, 16, 1)):
-        assert fresh_length(fixed, rng, 4096) == fixed.input_tokens
+        assert fresh_length(fixed, rng, scheduler) == fixed.input_tokens

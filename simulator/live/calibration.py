@@ -15,6 +15,7 @@ from ..behaviour import CallRequest
 from ..errors import InputError
 from ..metrics.records import CallRecord
 from ..sim.calibrate import SweepPoint, cached_prompts, loaded_stream, probe_offsets
+from ..sim.profile import SchedulerSettings
 from ..workload import Call
 from .client import Client, Target
 from .prompts import stable_id
@@ -26,14 +27,15 @@ async def measure_sweep(
     *,
     block_size: int,
     repeat: int = 3,
-    max_model_len: Optional[int] = None,
+    scheduler: Optional[SchedulerSettings] = None,
     seed: int = 0,
     on_round: Optional[Callable[[int], None]] = None,
 ) -> list[list[float]]:
     """Each point's `repeat` measurements (seconds): its TTFT (prefill), mean end-to-end latency
     (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
     when round n (from 1) is done. A cached point's prompts are made of `block_size` blocks (the
-    server's); no prompt and output exceed `max_model_len`. InputError at the first call that fails."""
+    server's); the server's `scheduler` settings bound how far prompt lengths move (`fresh_length`).
+    InputError at the first call that fails."""
     # Each round measures the points in a new seeded random order: a drift of the server's speed (other
     # work on a shared machine) spreads over all terms instead of biasing the terms measured last.
     rng = np.random.default_rng(seed)
@@ -42,10 +44,11 @@ async def measure_sweep(
     nonce = f"{os.getpid()}-{time.time_ns()}"
     samples: list[list[float]] = [[] for _ in points]
     async with Client(target, time.perf_counter()) as client:
-        limit = max_model_len or max(p.input_tokens + p.output_tokens for p in points)
+        scheduler = scheduler or SchedulerSettings(
+            max_model_len=max(p.input_tokens + p.output_tokens for p in points))
 
         async def burst(point: SweepPoint, key: str) -> float:
-            return await _burst(client, point, key, block_size, fresh_length(point, rng, limit))
+            return await _burst(client, point, key, block_size, fresh_length(point, rng, scheduler))
 
         await burst(points[0], f"calibrate-{nonce}--1-0")  # warm-up
         for attempt in range(repeat):
@@ -61,18 +64,27 @@ FRESH_SPREAD = 8
 """An uncached point's prompt length moves by up to this many tokens either way each time it is sent."""
 
 
-def fresh_length(point: SweepPoint, rng: np.random.Generator, limit: int) -> int:
+def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: SchedulerSettings) -> int:
     """The prompt length to send for `point` this time. A step of a size the server ran lately finds its
     kernels built, one of a new size builds them (`per_new_shape`); agent traffic's prefills are of new
     sizes all the time, and so are the sweep's but those of a same-size point and prompts too short to
     move, each time a few tokens longer or shorter. The moves are symmetric, so the median over the
-    repeats is the nominal length's, which the twin takes (but next to `limit`, prompt and output
-    tokens together, where they move down only: a few tokens of thousands)."""
+    repeats is the nominal length's, which the twin takes; but a move never makes the prompt and its
+    output exceed the server's `max_model_len`, nor the burst's prefill take another chunk of
+    `max_num_batched_tokens` (another step, which the nominal length does not take): it goes the
+    other way then, or the length stays."""
     p = point.input_tokens
     if point.cached or point.same_size or p <= 2 * FRESH_SPREAD:
         return p
+
+    def chunks(length: int) -> int:
+        return -(-point.concurrency * length // scheduler.max_num_batched_tokens)
+
     move = int(rng.choice([d for d in range(-FRESH_SPREAD, FRESH_SPREAD + 1) if d]))
-    return p + move if p + move + point.output_tokens <= limit else p - abs(move)
+    for moved in (p + move, p - move):
+        if moved + point.output_tokens <= scheduler.max_model_len and chunks(moved) == chunks(p):
+            return moved
+    return p
 
 
 async def _burst(client: Client, point: SweepPoint, key: str, block_size: int, prompt: int) -> float:

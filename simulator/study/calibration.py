@@ -35,7 +35,7 @@ def calibrate(target: Target, base: ServerProfile, folder: Path, *, repeat: int,
     if not points:
         raise InputError("the calibration sweep is empty with this max prompt", path="twin.calibrate_max_prompt")
     samples = asyncio.run(measure_sweep(target, points, block_size=base.kv_cache.block_size, repeat=repeat,
-                                        max_model_len=base.scheduler.max_model_len))
+                                        scheduler=base.scheduler))
     result = fit(points, [statistics.median(s) for s in samples], base)
     profile = result.profile.model_copy(update={
         "name": f"{base.name}-study-calibrated", "calibrated": True,
