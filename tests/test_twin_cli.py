@@ -125,7 +125,8 @@ async def test_a_loaded_point_sends_its_calls_while_its_streams_decode():
 
     point = SweepPoint("loaded", 4, 32, 1, cached=True)
     async with run_emulator(profile="tiny-vllm-cpu") as url:
-        samples = await measure_sweep(Target(base_url=url, vocab_size=1024), [point], block_size=128, repeat=1)
+        samples = await measure_sweep(Target(base_url=url, vocab_size=1024), [point], block_size=128,
+                                      scheduler=load_profile("tiny-vllm-cpu").scheduler, repeat=1)
         async with aiohttp.ClientSession() as session, session.get(f"{url}/agentload/stats") as resp:
             stats = await resp.json()
     (values,) = samples

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..sim.calibrate import SweepPoint
-    from ..sim.profile import SchedulerSettings
+    from ..sim.profile import ServerProfile
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +66,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         conditions = "exact"
     else:
         load_before = _load_average()
-        measured = _measure_live(args, points, base.kv_cache.block_size, base.scheduler)
+        measured = _measure_live(args, points, base)
         source = args.target
         conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
                       f"{_load_average()} after")
@@ -83,10 +83,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size: int,
-                  scheduler: SchedulerSettings) -> list[float]:
-    """The sweep measured on --target, each point's repeats reduced by --statistic; the rounds and
-    every point's measurements shown on stderr."""
+def _measure_live(args: argparse.Namespace, points: list[SweepPoint], base: ServerProfile) -> list[float]:
+    """The sweep measured on --target (a server set up as `base` says), each point's repeats reduced by
+    --statistic; the rounds and every point's measurements shown on stderr."""
     import asyncio
     import statistics
 
@@ -95,7 +94,7 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint], block_size
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
     samples = asyncio.run(measure_sweep(
-        target, points, block_size=block_size, repeat=args.repeat, scheduler=scheduler,
+        target, points, block_size=base.kv_cache.block_size, scheduler=base.scheduler, repeat=args.repeat,
         on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr)))
     reduce = statistics.median if args.statistic == "median" else min
     values = [reduce(s) for s in samples]

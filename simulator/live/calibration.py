@@ -26,8 +26,8 @@ async def measure_sweep(
     points: Sequence[SweepPoint],
     *,
     block_size: int,
+    scheduler: SchedulerSettings,
     repeat: int = 3,
-    scheduler: Optional[SchedulerSettings] = None,
     seed: int = 0,
     on_round: Optional[Callable[[int], None]] = None,
 ) -> list[list[float]]:
@@ -44,9 +44,6 @@ async def measure_sweep(
     nonce = f"{os.getpid()}-{time.time_ns()}"
     samples: list[list[float]] = [[] for _ in points]
     async with Client(target, time.perf_counter()) as client:
-        scheduler = scheduler or SchedulerSettings(
-            max_model_len=max(p.input_tokens + p.output_tokens for p in points))
-
         async def burst(point: SweepPoint, key: str) -> float:
             return await _burst(client, point, key, block_size, fresh_length(point, rng, scheduler))
 

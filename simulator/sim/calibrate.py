@@ -135,8 +135,8 @@ class SweepPoint:
         if self.kind == "loaded":
             return f"loaded N={self.concurrency} P={self.input_tokens} O={self.output_tokens}"
         pause = f" after {self.idle:g} s idle" if self.idle else ""
-        cached = " cached" if self.cached else " after one of its size" if self.same_size else ""
-        return f"{self.kind} B={self.concurrency} P={self.input_tokens}{cached} O={self.output_tokens}{pause}"
+        prompt = " cached" if self.cached else " after one of its size" if self.same_size else ""
+        return f"{self.kind} B={self.concurrency} P={self.input_tokens}{prompt} O={self.output_tokens}{pause}"
 
 
 def loaded_stream(point: SweepPoint, block_size: int) -> tuple[int, int]:

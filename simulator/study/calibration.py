@@ -34,8 +34,8 @@ def calibrate(target: Target, base: ServerProfile, folder: Path, *, repeat: int,
         points = [p for p in points if p.input_tokens <= max_prompt]
     if not points:
         raise InputError("the calibration sweep is empty with this max prompt", path="twin.calibrate_max_prompt")
-    samples = asyncio.run(measure_sweep(target, points, block_size=base.kv_cache.block_size, repeat=repeat,
-                                        scheduler=base.scheduler))
+    samples = asyncio.run(measure_sweep(target, points, block_size=base.kv_cache.block_size,
+                                        scheduler=base.scheduler, repeat=repeat))
     result = fit(points, [statistics.median(s) for s in samples], base)
     profile = result.profile.model_copy(update={
         "name": f"{base.name}-study-calibrated", "calibrated": True,
