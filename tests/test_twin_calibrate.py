@@ -15,7 +15,7 @@ from simulator.sim.twin import Twin
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
         "per_prefill_attention": 1.0e-9, "request_overhead": 0.012, "frontend_per_request": 0.003,
         "frontend_per_prompt_token": 2.0e-6, "frontend_per_output_token": 5.0e-5, "idle_wake": 0.006,
-        "per_new_shape": 0.002}
+        "per_new_shape": 0.002, "wake_slowdown": 0.2}
 
 
 def known_profile(**step_time):
@@ -48,7 +48,7 @@ def test_fit_recovers_known_coefficients_from_exact_measurements(per_token):
     # the API server's one-at-a-time work makes the fit nonlinear: a burst's requests move between
     # steps as it changes, so the search ends within a step boundary of the truth, not on it
     for term in FIT_TERMS:
-        assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=0.02), term
+        assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=0.025), term
     assert result.rms_relative_error < 1e-3
     assert result.profile.calibrated
     assert result.profile.step_time.fixed == pytest.approx(TRUE["fixed"], rel=0.02)
@@ -219,3 +219,19 @@ def test_a_live_sweep_sends_uncached_prompts_of_lengths_moved_a_few_tokens_eithe
     for fixed in (SweepPoint("prefill", 1, 1025, 1, cached=True), SweepPoint("prefill", 1, 64, 1, same_size=True),
                   SweepPoint("prefill", 4, 16, 1)):
         assert fresh_length(fixed, rng, scheduler) == fixed.input_tokens
+
+
+def test_a_long_decode_after_a_pause_pays_the_wake_up_and_the_slower_steps_of_its_warm_up():
+    (point,) = [p for p in design_sweep(known_profile()) if p.kind == "decode" and p.idle]
+    back_to_back = SweepPoint(point.kind, point.concurrency, point.input_tokens, point.output_tokens, cached=point.cached)
+    assert point.output_tokens == LONG_OUTPUT and back_to_back in design_sweep(known_profile())
+    at_speed = known_profile(wake_slowdown=0.0)
+    assert measure_on_twin(point, at_speed) == pytest.approx(measure_on_twin(back_to_back, at_speed) + TRUE["idle_wake"],
+                                                            abs=1e-12)
+    # the steps begun within wake_period (0.15 s) of the wake take 1.2 times as long: they last from
+    # 0.15 s to one slowed step more, of which a sixth is the slowdown (the first step's wake-up and
+    # kernels for its new size are not slowed)
+    slowed = measure_on_twin(point, known_profile(wake_slowdown=0.2)) - measure_on_twin(point, at_speed)
+    unslowed = TRUE["idle_wake"] + TRUE["per_new_shape"]
+    step = TRUE["fixed"] + TRUE["per_token"] + TRUE["per_decode_seq"] + 1e-3
+    assert (0.15 - unslowed) * 0.2 / 1.2 <= slowed < (0.15 - unslowed + 1.2 * step) * 0.2 / 1.2

@@ -245,6 +245,28 @@ def test_a_request_after_a_long_idle_pays_the_wake_up_once(fast):
 
 
 @pytest.mark.parametrize("fast", [False, True])
+def test_steps_soon_after_a_long_idle_are_slower(fast):
+    profile = make_profile(step_time={"idle_wake": 0.004, "wake_slowdown": 0.5, "wake_period": 0.05})
+    prefill = 0.01 + 0.001 * 10 + 1e-5 * 10
+    decodes = [0.01 + 0.001 + 0.002 + 1e-5 * (10 + i) for i in range(1, 8)]
+    # woken at 1.0: the steps that start before 1.05 take half as long again, the first also the wake-up
+    t = 1.0 + prefill * 1.5 + 0.004
+    ends = [t]
+    for d in decodes:
+        t += d * 1.5 if t < 1.05 else d
+        ends.append(t)
+    assert sum(start < 1.05 for start in [1.0, *ends[:-1]]) == 2  # the prefill and one decode step, not all
+    (a, b), _ = run(profile, [(0.0, 10, 1, ()), (1.0, 10, 8, ())], fast_decode=fast)
+    assert a.ttft == pytest.approx(prefill, abs=1e-12)  # no idle before it: at speed
+    assert b.submitted + b.ttft == pytest.approx(ends[0], abs=1e-12)
+    assert b.end == pytest.approx(ends[-1], abs=1e-12)
+    # without the slowdown the same twin steps at speed after the wake-up
+    plain = make_profile(step_time={"idle_wake": 0.004})
+    (_, c), _ = run(plain, [(0.0, 10, 1, ()), (1.0, 10, 8, ())], fast_decode=fast)
+    assert c.end == pytest.approx(1.0 + prefill + 0.004 + sum(decodes), abs=1e-12)
+
+
+@pytest.mark.parametrize("fast", [False, True])
 def test_a_step_of_a_size_not_run_lately_pays_for_its_kernels(fast):
     profile = make_profile(step_time={"per_new_shape": 0.003})
     prefill = 0.01 + 0.001 * 100 + 1e-5 * 100

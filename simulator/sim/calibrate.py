@@ -7,6 +7,9 @@ server with no shared prefix:
   its prefill steps, chunked by the token budget);
 - ``prefill`` after a pause (``idle`` > 0): the same, sent once the server has been idle that long;
   the difference to the back-to-back point is the engine's ``idle_wake``;
+- ``decode`` after a pause: the long single decode (`LONG_OUTPUT` tokens) sent once the server has
+  been idle that long; beyond the wake-up of its first step, its steps in the first ``wake_period``
+  are slower by ``wake_slowdown`` (the hardware coming back to speed);
 - ``prefill`` of a cached prompt (``cached``): the same prompt sent twice, the second timed; the prefix
   cache holds all its full blocks but the last token's, so what grows with P is the request's handling
   in the API server (``frontend_per_prompt_token``: parsing, block hashing), not prefill compute;
@@ -58,7 +61,7 @@ from .twin import Twin, exact_delay
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
              "request_overhead", "frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token",
-             "idle_wake", "per_new_shape")
+             "idle_wake", "per_new_shape", "wake_slowdown")
 """The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
 attended token, per query-key pair of prefill, latency outside the engine, and the API server's
 one-at-a-time work per request and per prompt token. A single request's TTFT is the request's handling
@@ -66,13 +69,21 @@ plus its prefill steps, so the prefill rows' intercept gives the handling and th
 prefill attention, and the decode rows (many steps per request) give `fixed`; cached prompts separate
 the per-prompt-token handling from prefill compute, and bursts its one-at-a-time part from plain
 latency; single requests decoding at several contexts separate the attended-context term from the
-per-sequence ones; prefills after a pause give the cost of waking an idle engine, prefills after one of
+per-sequence ones; prefills after a pause give the cost of waking an idle engine and a long decode after
+one how much slower its steps run while it warms up, prefills after one of
 their size against prefills of new sizes the cost of a step of a new size; short calls sent while
 streams decode give the API server's work per streamed token, which delays them by the streams' tokens
 of every step."""
 
 FRONTEND_TERMS = frozenset({"frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token"})
 """Terms that change when a burst's requests reach the engine, not only how long steps take."""
+
+NONLINEAR_TERMS = FRONTEND_TERMS | {"wake_slowdown"}
+"""Terms the measurements are not linear in: the API server's (above), and the slowdown after a wake,
+a factor on other terms' time. The linear first fit leaves them out."""
+
+WAKE_SLOWDOWN_SCALE = 0.05
+"""The step of `wake_slowdown` the nonlinear search scales from when it starts at 0 (a 5% slowdown)."""
 
 FRONTEND_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9)
 """Shares of the linear fit's `request_overhead` the nonlinear search starts from as the API server's
@@ -240,6 +251,8 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
         prompt = context + 1 if cached else context
         if prompt + LONG_OUTPUT <= limit:
             points.append(SweepPoint("decode", 1, prompt, LONG_OUTPUT, cached=cached))
+            if context == 64:  # and once after a pause: the steps of an engine warming up again
+                points.append(SweepPoint("decode", 1, prompt, LONG_OUTPUT, cached=cached, idle=WAKE_PAUSE))
     # calls sent while streams decode, each stream and call with a seat and blocks of its own: short
     # calls (the API server's work per streamed token), long prefills (steps mixing prefill and decode)
     for n, p in [(n, LOADED_SHORT) for n in LOADED_STREAMS] + list(LOADED_MIXED):
@@ -369,7 +382,7 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
     y = np.asarray(measured, dtype=float)
     if np.any(y <= 0):
         raise ValueError("measurements must be positive")
-    linear = [t for t in terms if t not in FRONTEND_TERMS]
+    linear = [t for t in terms if t not in NONLINEAR_TERMS]
     rows = [i for i, p in enumerate(points) if p.kind != "loaded"]
     if not rows:
         raise ValueError("the sweep needs points other than loaded ones")
@@ -389,7 +402,12 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
     if dof > 0 and free.any():
         sigma2 = float(residual @ residual) / dof
         sub = jacobian[:, free]
-        cov = sigma2 * np.linalg.pinv(sub.T @ sub)
+        # columns scaled to unit length first: per unit of coefficient they span many decades (a
+        # fraction's against a nanosecond's), beyond what the inverse of their products resolves
+        norms = np.linalg.norm(sub, axis=0)
+        norms[norms == 0] = 1.0
+        scaled = sub / norms
+        cov = sigma2 * np.linalg.pinv(scaled.T @ scaled) / np.outer(norms, norms)
         stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     coefficients = {t: coefficients[t] for t in terms}
     record = CalibrationRecord(
@@ -420,14 +438,15 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
     # the search then steps every term by the same relative amount
     typical = float(np.median(y))
     fitted = [points[i] for i in rows]
-    columns = dict(zip([t for t in terms if t not in FRONTEND_TERMS], x.T))
+    columns = dict(zip([t for t in terms if t not in NONLINEAR_TERMS], x.T))
     per_request = columns.get("request_overhead", np.ones(len(rows)))
     columns.setdefault("frontend_per_request", per_request)
     columns.setdefault("frontend_per_prompt_token", per_request * np.array([p.input_tokens for p in fitted]))
     # the tokens of one step of the burst, as a scale only
     columns.setdefault("frontend_per_output_token", per_request * np.array([p.concurrency for p in fitted]))
     floor = {t: 0.01 * typical / float(np.median(columns[t][columns[t] > 0])) if np.any(columns[t] > 0) else 1.0
-             for t in terms}
+             for t in terms if t in columns}
+    floor.setdefault("wake_slowdown", WAKE_SLOWDOWN_SCALE)
     per_token = "frontend_per_output_token" in terms
     everything = list(range(len(points)))
     first_terms = [t for t in terms if t != "frontend_per_output_token"]

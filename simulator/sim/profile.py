@@ -208,7 +208,17 @@ class StepTimeCoefficients(_Section):
     `idle_after` (threads and caches gone cold, an idle CPU clocked down). Agent traffic meets an
     idle server after every tool call at low load; back-to-back benchmarks never do."""
     idle_after: float = Field(0.05, ge=0)
-    """Idle time (s) beyond which the next step pays `idle_wake`; a setting, not fitted."""
+    """Idle time (s) beyond which the next step pays `idle_wake` and the steps after it `wake_slowdown`;
+    a setting, not fitted."""
+    wake_slowdown: float = Field(0.0, ge=0)
+    """A factor, not a term: the fraction by which every step that starts within `wake_period` of the
+    engine waking from an idle longer than `idle_after` is slower. `idle_wake` is the first step's
+    wake-up; this is the hardware coming back to speed (a CPU's clocks and caches, a GPU's clocks).
+    Measured on the CPU test server (`benchmarks/wake_probe.py`): a lone request's first 23 decode
+    steps took 6% longer after 0.3 s of quiet than back to back, its first 95 steps 9% longer.
+    Agent traffic at low load wakes the server after most tool calls; back-to-back requests never do."""
+    wake_period: float = Field(0.15, ge=0)
+    """Seconds after a wake during which steps pay `wake_slowdown`; a setting, not fitted."""
     per_new_shape: float = Field(0.0, ge=0)
     """Seconds added to a step whose count of scheduled tokens is not among the last `shape_cache`
     distinct counts: building the kernels for a new shape. vLLM's CPU build runs each linear layer
@@ -221,7 +231,7 @@ class StepTimeCoefficients(_Section):
     """Distinct step sizes whose kernels the engine keeps (`per_new_shape`); a setting, not fitted."""
 
 
-STEP_SETTINGS = frozenset({"idle_after", "shape_cache"})
+STEP_SETTINGS = frozenset({"idle_after", "wake_period", "shape_cache"})
 """`StepTimeCoefficients` fields that are settings, not coefficients: calibration keeps them as the
 profile has them, and they are no measurement a prediction could lack."""
 

@@ -13,7 +13,9 @@ in the order a process stepping it would; requests are events it resolves. Each 
    (at least one prompt token is always computed), the rest is prefilled, in chunks when
    `chunked_prefill` is on. A request that does not fit stops admission.
 3. The step lasts what the step-time model says, and `per_new_shape` more when its count of scheduled
-   tokens is not among the last `shape_cache` counts run (kernels built for a new size); at its end
+   tokens is not among the last `shape_cache` counts run (kernels built for a new size). After an
+   idle longer than `idle_after` the first step pays `idle_wake` and the steps of the next
+   `wake_period` seconds last `wake_slowdown` longer (the hardware coming back to speed); at its end
    prefills advance, a finished prefill emits the first token, decodes emit their tokens, and
    finished requests free their blocks.
 
@@ -193,6 +195,10 @@ class Twin:
         self._idle_since = env.now
         self._cold = 0.0
         """Seconds the next step pays for waking from a long idle (`idle_wake` or 0)."""
+        self.slow = 1.0 + profile.step_time.wake_slowdown
+        self.wake_period = profile.step_time.wake_period
+        self._warm_at = -math.inf
+        """Steps that start before this pay `wake_slowdown` (the engine warming up after a long idle)."""
         self.per_new_shape = profile.step_time.per_new_shape
         self.shape_cache = profile.step_time.shape_cache
         self._shapes: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, min(WARM_SHAPES, self.shape_cache) + 1))
@@ -319,7 +325,10 @@ class Twin:
                 and env.peek() > now and (not self.per_new_shape or group.size * (1 + self.k) in self._shapes):
             chunk = self._decode_chunk()
         if chunk is None:
-            end = start + self._duration(decodes, prefills) + self._cold
+            duration = self._duration(decodes, prefills)
+            if start < self._warm_at:
+                duration *= self.slow
+            end = start + duration + self._cold
             self._cold = 0.0
             if self.per_new_shape:
                 tokens = sum(n for _, n in prefills) + (len(decodes) + group.size) * (1 + self.k)
@@ -349,8 +358,10 @@ class Twin:
     def _woken(self, _event: simpy.Event) -> None:
         self._wake = None
         self.clock = self.env.now
-        if self.idle_wake and self.clock - self._idle_since > self.idle_after:
+        if self.clock - self._idle_since > self.idle_after:
             self._cold = self.idle_wake
+            if self.slow != 1.0:
+                self._warm_at = self.clock + self.wake_period
         self._step()
 
     def _step_done(self, event: simpy.Event) -> None:
@@ -592,7 +603,11 @@ class Twin:
         # A step lasts max(compute + add, floor) (see `StepTimeModel.decode_terms`). The first step
         # comes before the loop: its gap is each member's own, not one of the run's inner gaps.
         compute = base + per_context * context + add
-        t = first = self.clock + (compute if compute > floor else floor)
+        warm_at, slow = self._warm_at, self.slow
+        duration = compute if compute > floor else floor
+        if self.clock < warm_at:
+            duration *= slow
+        t = first = self.clock + duration
         emit = self.emitted(step) if k else 1
         if emit >= remaining or first >= horizon:
             return None
@@ -610,7 +625,10 @@ class Twin:
         for emit in emits:  # until the first to reach a target, or to end at or after the horizon
             compute = base + per_context * context + add
             before = t
-            t = t + (compute if compute > floor else floor)
+            duration = compute if compute > floor else floor
+            if before < warm_at:
+                duration *= slow
+            t = t + duration
             gap = t - before
             if gap > inner_max:
                 inner_max = gap
