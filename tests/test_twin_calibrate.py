@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import simpy
@@ -223,7 +225,7 @@ def test_a_live_sweep_sends_uncached_prompts_of_lengths_moved_a_few_tokens_eithe
 
 def test_a_long_decode_after_a_pause_pays_the_wake_up_and_the_slower_steps_of_its_warm_up():
     (point,) = [p for p in design_sweep(known_profile()) if p.kind == "decode" and p.idle]
-    back_to_back = SweepPoint(point.kind, point.concurrency, point.input_tokens, point.output_tokens, cached=point.cached)
+    back_to_back = dataclasses.replace(point, idle=0.0)
     assert point.output_tokens == LONG_OUTPUT and back_to_back in design_sweep(known_profile())
     at_speed = known_profile(wake_slowdown=0.0)
     assert measure_on_twin(point, at_speed) == pytest.approx(measure_on_twin(back_to_back, at_speed) + TRUE["idle_wake"],

@@ -205,8 +205,9 @@ class StepTimeCoefficients(_Section):
     requests' first tokens; where the worker saturates it also slows every stream's delivery."""
     idle_wake: float = Field(0.0, ge=0)
     """Not a step term: seconds added to the first step after the engine sat idle for longer than
-    `idle_after` (threads and caches gone cold, an idle CPU clocked down). Agent traffic meets an
-    idle server after every tool call at low load; back-to-back benchmarks never do."""
+    `idle_after` (its threads asleep, their caches gone cold; the slower steps after it are
+    `wake_slowdown`). Agent traffic meets an idle server after every tool call at low load;
+    back-to-back benchmarks never do."""
     idle_after: float = Field(0.05, ge=0)
     """Idle time (s) beyond which the next step pays `idle_wake` and the steps after it `wake_slowdown`;
     a setting, not fitted."""

@@ -360,8 +360,7 @@ class Twin:
         self.clock = self.env.now
         if self.clock - self._idle_since > self.idle_after:
             self._cold = self.idle_wake
-            if self.slow != 1.0:
-                self._warm_at = self.clock + self.wake_period
+            self._warm_at = self.clock + self.wake_period
         self._step()
 
     def _step_done(self, event: simpy.Event) -> None:
