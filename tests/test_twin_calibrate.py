@@ -17,7 +17,7 @@ from simulator.sim.twin import Twin
 TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_context_token": 2.0e-8,
         "per_prefill_attention": 1.0e-9, "request_overhead": 0.012, "frontend_per_request": 0.003,
         "frontend_per_prompt_token": 2.0e-6, "frontend_per_output_token": 5.0e-5, "idle_wake": 0.006,
-        "per_new_shape": 0.002, "wake_slowdown": 0.2}
+        "per_new_shape": 0.002, "wake_slowdown": 0.2, "per_mixed_context_token": 4.0e-8}
 
 
 def known_profile(**step_time):
@@ -36,11 +36,15 @@ def test_sweep_separates_prefill_and_decode_within_limits():
     # single decodes long enough to put the cost of a step on steps: at a short and a cached 1,024 context
     assert {(p.concurrency, p.input_tokens, p.cached) for p in points if p.output_tokens == LONG_OUTPUT} == {
         (1, 64, False), (1, 1025, True)}
-    # calls under load leave themselves a seat beside the streams: 16 and 48 of 64, not 96
-    loaded = {(p.concurrency, p.input_tokens) for p in points if p.kind == "loaded"}
-    assert loaded == {(16, LOADED_SHORT), (48, LOADED_SHORT), (16, 1024), (48, 2048)}
-    assert {(p.concurrency, p.input_tokens) for p in design_sweep(load_profile("tiny-vllm-cpu"))
-            if p.kind == "loaded"} == loaded | {(96, LOADED_SHORT), (96, 512)}
+    # calls under load leave themselves a seat beside the streams: 8, 16 and 48 of 64, not 96
+    # and among streams of a long context (half the 4,096-token limit): steps mixing a prefill with them
+    loaded = {(p.concurrency, p.stream_context, p.input_tokens) for p in points if p.kind == "loaded"}
+    assert loaded == {(8, 0, LOADED_SHORT), (16, 0, LOADED_SHORT), (48, 0, LOADED_SHORT), (16, 0, 1024),
+                      (48, 0, 2048), (8, 2048, LOADED_SHORT), (8, 2048, 512)}
+    assert {(p.concurrency, p.stream_context, p.input_tokens) for p in design_sweep(load_profile("tiny-vllm-cpu"))
+            if p.kind == "loaded"} == loaded | {(96, 0, LOADED_SHORT), (96, 0, 512)}
+    small = load_profile("tiny-vllm-cpu", overrides={"scheduler": {"max_model_len": 2048}})
+    assert {p.stream_context for p in design_sweep(small) if p.kind == "loaded"} == {0, 1024}
 
 
 @pytest.mark.parametrize("per_token", [TRUE["frontend_per_output_token"], 0.0])
@@ -48,10 +52,12 @@ def test_fit_recovers_known_coefficients_from_exact_measurements(per_token):
     truth = known_profile(frontend_per_output_token=per_token)
     result = calibrate(truth, lambda point: measure_on_twin(point, truth))
     # the API server's one-at-a-time work makes the fit nonlinear: a burst's requests move between
-    # steps as it changes, so the search ends within a step boundary of the truth, not on it
+    # steps as it changes, so the search ends within a step boundary of the truth, not on it; the mixed
+    # steps' context cost rests on two loaded points, whose calls meet steps at a few phases
     for term in FIT_TERMS:
-        assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=0.025), term
-    assert result.rms_relative_error < 1e-3
+        within = 0.1 if term == "per_mixed_context_token" else 0.04
+        assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=within), term
+    assert result.rms_relative_error < 2e-3
     assert result.profile.calibrated
     assert result.profile.step_time.fixed == pytest.approx(TRUE["fixed"], rel=0.02)
     report = fit_report(result)
@@ -167,7 +173,9 @@ def test_loaded_points_calls_come_after_the_streams_are_in_and_before_they_end()
         if point.kind != "loaded":
             continue
         prompt, output = loaded_stream(point, profile.kv_cache.block_size)
-        assert prompt == profile.kv_cache.block_size + 1  # a cached block and a token: a one-token prefill
+        # cached blocks (one, or the long context's) and a token: a one-token prefill
+        assert prompt == (point.stream_context or profile.kv_cache.block_size) + 1
+        assert point.stream_context % profile.kv_cache.block_size == 0
         offsets = probe_offsets(point)
         assert len(offsets) == (8 if point.input_tokens <= LOADED_SHORT else 4)
         # the API server takes about 3 ms a request on the CPU test server: the streams are in before

@@ -145,6 +145,7 @@ def _mixed_requests(seed):
     {"spec_decode": {"num_tokens": 2, "acceptance": 0.7}, "scheduler": {"async_scheduling": True},
      "step_time": {"schedule_fixed": 0.02, "per_spec_token": 0.0005, "per_draft_pass": 0.001}},
     {"kv_cache": {"num_blocks": 40}, "scheduler": {"max_model_len": 640, "max_num_batched_tokens": 128}},
+    {"step_time": {"per_mixed_context_token": 3e-5}},
 ])
 def test_multi_step_decode_fast_path_gives_identical_results(sections):
     profile = make_profile(**sections)
@@ -227,6 +228,31 @@ def test_prefill_attention_counts_each_chunks_query_key_pairs():
     # decode steps are not prefill: a second token costs no pairs
     (d,), _ = run(profile, [(0.0, 100, 2, ())])
     assert d.end - d.first_token == pytest.approx(0.01 + 0.001 + 0.002 + 1e-5 * 101, abs=1e-12)
+
+
+def test_mixed_context_costs_only_in_steps_with_a_prefill_chunk():
+    from simulator.sim.step_time import StepTimeModel
+
+    model = StepTimeModel.from_profile(make_profile(step_time={"per_mixed_context_token": 2e-5}))
+    plain = 0.01 + 0.001 * (64 + 3) + 0.002 * 3 + 1e-5 * 3064
+    assert model.duration(64, 1, 3, 3064, decode_context=3000) == pytest.approx(plain + 2e-5 * 3000, abs=1e-15)
+    # a pure-decode step attends the same context at the plain cost
+    assert model.duration(0, 0, 3, 3000, decode_context=3000) == pytest.approx(0.01 + 0.003 * 3 + 1e-5 * 3000)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_prefill_among_decodes_slows_their_step_by_their_context(fast):
+    mixed = 3e-5
+    requests = [(0.0, 100, 20, ()), (0.15, 50, 1, ())]  # the second arrives while the first decodes
+    (s0, c0), _ = run(make_profile(), requests, fast_decode=fast, keep_gaps=True)
+    (s1, c1), _ = run(make_profile(step_time={"per_mixed_context_token": mixed}), requests, fast_decode=fast,
+                      keep_gaps=True)
+    assert s1.ttft == s0.ttft  # the stream's prefill ran alone: no decodes, no mixed cost
+    diff = [b - a for a, b in zip(s0.gaps, s1.gaps)]
+    (g,) = [i for i, d in enumerate(diff) if abs(d) > 1e-12]  # one step mixed the prefill with the decode
+    # the gap before token g + 2, whose step attends the stream's prompt and the g + 1 tokens since
+    assert diff[g] == pytest.approx(mixed * (101 + g), rel=1e-9)
+    assert c1.ttft - c0.ttft == pytest.approx(mixed * (101 + g), rel=1e-9)
 
 
 @pytest.mark.parametrize("fast", [False, True])

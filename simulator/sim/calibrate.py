@@ -30,7 +30,10 @@ server with no shared prefix:
   the calls' mean TTFT. With short calls it is the API server's per-token work
   (``frontend_per_output_token``): every step the streams' N tokens pass the API server before a new
   call's first token, and a call arriving meanwhile waits for them; with long prompts it is steps that
-  mix a prefill chunk with N decodes, which no other point has.
+  mix a prefill chunk with N decodes, which no other point has. With streams of a long context
+  (``stream_context``: cached prompts of that many tokens) the calls' steps mix a prefill with decodes
+  that attend thousands of tokens each (``per_mixed_context_token``), as an agent's calls meet the
+  long-context decodes of other agents.
 
 Where the requests of a burst reach the engine together, the twin's schedule does not depend on the
 step-time coefficients, so each measured value is linear in them: its feature for a term is what the
@@ -60,8 +63,8 @@ from .profile import STEP_SETTINGS, CalibrationRecord, ServerProfile
 from .twin import Twin, exact_delay
 
 FIT_TERMS = ("fixed", "per_token", "per_decode_seq", "per_context_token", "per_prefill_attention",
-             "request_overhead", "frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token",
-             "idle_wake", "per_new_shape", "wake_slowdown")
+             "per_mixed_context_token", "request_overhead", "frontend_per_request", "frontend_per_prompt_token",
+             "frontend_per_output_token", "idle_wake", "per_new_shape", "wake_slowdown")
 """The identifiable terms: per step, per scheduled token, per decoding sequence (beyond its token), per
 attended token, per query-key pair of prefill, latency outside the engine, and the API server's
 one-at-a-time work per request and per prompt token. A single request's TTFT is the request's handling
@@ -73,7 +76,8 @@ per-sequence ones; prefills after a pause give the cost of waking an idle engine
 one how much slower its steps run while it warms up, prefills after one of
 their size against prefills of new sizes the cost of a step of a new size; short calls sent while
 streams decode give the API server's work per streamed token, which delays them by the streams' tokens
-of every step."""
+of every step, and calls sent while streams of a long context decode what their context costs in the
+steps that mix a prefill chunk with their decodes."""
 
 FRONTEND_TERMS = frozenset({"frontend_per_request", "frontend_per_prompt_token", "frontend_per_output_token"})
 """Terms that change when a burst's requests reach the engine, not only how long steps take."""
@@ -90,13 +94,17 @@ FRONTEND_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9)
 one-at-a-time work; the best fit of these starts is kept. Burst values jump where a request moves to
 the next step, and a search from a single start can stall on such a jump far from the best fit."""
 
+MIXED_STARTS = (0.5, 1.0, 2.0)
+"""Starts of `per_mixed_context_token` for the second stage, in units of the plain context term's linear
+fit; the best fit of these is kept (it trades against the per-token work on the same points)."""
+
 LONG_OUTPUT = 160
 """Output tokens of the sweep's long single decodes (five times the other decode points')."""
 
 WAKE_PAUSE = 0.5
 """Seconds of quiet before the sweep's wake-up points: well past any `idle_after` a server needs."""
 
-LOADED_STREAMS = (16, 48, 96, 192)
+LOADED_STREAMS = (8, 16, 48, 96, 192)
 """Streams decoding under the sweep's loaded points (those the server's `max_num_seqs` leaves a seat
 beside): from where the API server's per-token work is a small share of a step to where it is most."""
 LOADED_SHORT = 32
@@ -104,6 +112,12 @@ LOADED_SHORT = 32
 LOADED_MIXED = ((16, 1024), (48, 2048), (96, 512))
 """(streams, prompt tokens) of the loaded points whose calls are long prefills: steps that mix a
 prefill chunk (a whole step's budget at 2,048 on a 2,048-token server) with the streams' decodes."""
+LOADED_LONG = ((8, 2048, LOADED_SHORT), (8, 2048, 512))
+"""(streams, stream context, prompt tokens) of the loaded points whose streams decode at a long
+context: short and longer calls whose steps mix their prefill with decodes attending 2,048 tokens each
+(the context capped at half the model's limit). Beside the short calls among as many streams of one
+block (`LOADED_STREAMS` has 8), which wait for the API server's tokens alike, they show what the
+streams' context costs in the mixed steps."""
 PROBES = 8
 """Calls sent under load at each loaded point (half as many of long prompts)."""
 PROBE_SPACING = 0.083
@@ -141,20 +155,24 @@ class SweepPoint:
     same_size: bool = False
     """A request of as many prompt tokens (no prefix shared) runs just before, untimed: the burst's
     step sizes have their kernels built (`per_new_shape`)."""
+    stream_context: int = 0
+    """Of a loaded point: its streams' cached context in tokens (0: one block)."""
 
     def label(self) -> str:
         if self.kind == "loaded":
-            return f"loaded N={self.concurrency} P={self.input_tokens} O={self.output_tokens}"
+            context = f" C={self.stream_context}" if self.stream_context else ""
+            return f"loaded N={self.concurrency}{context} P={self.input_tokens} O={self.output_tokens}"
         pause = f" after {self.idle:g} s idle" if self.idle else ""
         prompt = " cached" if self.cached else " after one of its size" if self.same_size else ""
         return f"{self.kind} B={self.concurrency} P={self.input_tokens}{prompt} O={self.output_tokens}{pause}"
 
 
 def loaded_stream(point: SweepPoint, block_size: int) -> tuple[int, int]:
-    """(prompt, output) tokens of each stream of a loaded point: one whole block in the prefix cache and
-    a token, so that each prefills one token, and `STREAM_TOKENS` output tokens shared out."""
+    """(prompt, output) tokens of each stream of a loaded point: its `stream_context` (or one block) in
+    the prefix cache and a token, so that each prefills one token, and `STREAM_TOKENS` output tokens
+    shared out."""
     low, high = STREAM_OUTPUT
-    return block_size + 1, min(high, max(low, STREAM_TOKENS // point.concurrency))
+    return (point.stream_context or block_size) + 1, min(high, max(low, STREAM_TOKENS // point.concurrency))
 
 
 def probe_offsets(point: SweepPoint) -> list[float]:
@@ -255,8 +273,11 @@ def design_sweep(profile: ServerProfile, *, max_concurrency: Optional[int] = Non
                 points.append(SweepPoint("decode", 1, prompt, LONG_OUTPUT, cached=cached, idle=WAKE_PAUSE))
     # calls sent while streams decode, each stream and call with a seat and blocks of its own: short
     # calls (the API server's work per streamed token), long prefills (steps mixing prefill and decode)
-    for n, p in [(n, LOADED_SHORT) for n in LOADED_STREAMS] + list(LOADED_MIXED):
-        point = SweepPoint("loaded", n, p, 1, cached=True)
+    # and calls among streams of a long context (steps mixing a prefill with long-context decodes)
+    loaded = [(n, 0, LOADED_SHORT) for n in LOADED_STREAMS] + [(n, 0, p) for n, p in LOADED_MIXED]
+    loaded += [(n, min(c, limit // 2 // bs * bs), p) for n, c, p in LOADED_LONG if limit // 2 >= 2 * bs]
+    for n, context, p in loaded:
+        point = SweepPoint("loaded", n, p, 1, cached=True, stream_context=context)
         prompt, output = loaded_stream(point, bs)
         blocks = n * -(-(prompt + output) // bs) + PROBES * -(-(p + 1) // bs)
         if n < top and prompt + output <= limit and p + 1 <= limit and blocks <= kv.capacity_blocks:
@@ -424,15 +445,17 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
                   rows: list[int]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Nonlinear least squares over `terms` and all points from the `linear` fit (features `x` of the
     points `rows`), in two stages when the API server's per-token work is a term: first every other
-    term, over every point but the short calls under load, from the linear fit with a part of its
-    `request_overhead` moved to the API server's per-request work (each of `FRONTEND_SHARES` in turn);
-    then all of them over all points, from the best of those, the per-token work started from what the
-    short calls under load take beyond its prediction (searched from the linear fit at once, the
-    per-token work can stall the search far from the best fit). The twin with no per-token work is not
-    the limit of a little: its tokens never wait for the API server, where any per-token work makes them
-    wait for a request's intake under way. So the first stage's fit, without it, is kept when it fits
-    all points better. Returns the coefficients, the Jacobian of the relative residuals per unit
-    coefficient, and the twin's value at every point with those coefficients."""
+    term but the mixed steps' context cost, over every point but the short calls under load and the
+    points of long-context streams, from the linear fit with a part of its `request_overhead` moved to
+    the API server's per-request work (each of `FRONTEND_SHARES` in turn); then all of them over all
+    points, from the best of those, the per-token work started from what the short calls under load
+    take beyond its prediction and the mixed cost from each of `MIXED_STARTS` (searched from the linear
+    fit at once, the per-token work can stall the search far from the best fit). The twin with no
+    per-token work is not the limit of a little: its tokens never wait for the API server, where any
+    per-token work makes them wait for a request's intake under way. So each second-stage start is
+    also searched with the per-token work held at 0, and the best of all is kept. Returns the
+    coefficients, the Jacobian of the relative residuals per unit coefficient, and the twin's value at
+    every point with those coefficients."""
     overhead = linear.get("request_overhead", 0.0)
     # each coefficient in units of a scale (its start, or what makes it 1% of a typical measurement):
     # the search then steps every term by the same relative amount
@@ -447,10 +470,16 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
     floor = {t: 0.01 * typical / float(np.median(columns[t][columns[t] > 0])) if np.any(columns[t] > 0) else 1.0
              for t in terms if t in columns}
     floor.setdefault("wake_slowdown", WAKE_SLOWDOWN_SCALE)
+    if "per_mixed_context_token" in terms:  # only loaded points have it: scaled as the plain context's
+        floor["per_mixed_context_token"] = linear.get("per_context_token") or floor.get("per_context_token", 1.0)
     per_token = "frontend_per_output_token" in terms
     everything = list(range(len(points)))
-    first_terms = [t for t in terms if t != "frontend_per_output_token"]
-    first_rows = [i for i in everything if not (per_token and _short_under_load(points[i]))]
+    # the streams' tokens wait for the API server in the mixed steps of long-context streams too, so
+    # those points and their term join the second stage with the per-token work
+    later = {"frontend_per_output_token", "per_mixed_context_token"} if per_token else set()
+    first_terms = [t for t in terms if t not in later]
+    first_rows = [i for i in everything
+                  if not (per_token and (_short_under_load(points[i]) or points[i].stream_context))]
 
     def search(free: list[str], start: dict[str, float], used: list[int]):
         scale = np.array([start[t] if start[t] > 0 else floor[t] for t in free])
@@ -480,22 +509,22 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
     _, best = min((search(first_terms, from_share(share), first_rows) for share in shares),
                   key=lambda found: found[0])
     if per_token:
-        without = best
-        start = _per_token_start(points, y, profile, without)
-        _, best = search(terms, {**without, "frontend_per_output_token": start or floor["frontend_per_output_token"]},
-                         everything)
-        if _cost(points, y, profile, without) <= _cost(points, y, profile, best):
-            best = without
+        first = best
+        per_token_start = _per_token_start(points, y, profile, first) or floor["frontend_per_output_token"]
+        starts = [first]
+        if "per_mixed_context_token" in terms:
+            starts = [{**first, "per_mixed_context_token": m * floor["per_mixed_context_token"]}
+                      for m in MIXED_STARTS]
+        # every start twice: with the per-token work, and without it (no per-token work is not the limit
+        # of a little), the second stage's best over all points kept
+        no_per_token = [t for t in terms if t != "frontend_per_output_token"]
+        found = [search(terms, {**start, "frontend_per_output_token": per_token_start}, everything)
+                 for start in starts]
+        found += [search(no_per_token, {**start, "frontend_per_output_token": 0.0}, everything)
+                  for start in starts]
+        _, best = min(found, key=lambda result: result[0])
     jacobian, predicted = _jacobian(points, y, profile, best, terms)
     return best, jacobian, predicted
-
-
-def _cost(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
-          coefficients: dict[str, float]) -> float:
-    """Half the sum of squared relative residuals of the twin with `coefficients` (least_squares' cost)."""
-    model = with_coefficients(profile, coefficients)
-    residual = np.array([measure_on_twin(p, model) for p in points]) / y - 1
-    return 0.5 * float(residual @ residual)
 
 
 def _jacobian(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, coefficients: dict[str, float],
@@ -520,18 +549,19 @@ def _jacobian(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfil
 
 def _short_under_load(point: SweepPoint) -> bool:
     """A loaded point whose calls are short: what it measures beyond the steps is mostly the API
-    server's per-token work."""
+    server's per-token work (and, among streams of a long context, the mixed steps' cost of it)."""
     return point.kind == "loaded" and point.input_tokens <= LOADED_SHORT
 
 
 def _per_token_start(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile,
                      coefficients: dict[str, float]) -> float:
-    """A first guess of `frontend_per_output_token`: the median over the loaded points' short calls of
-    what they take beyond the prediction of `coefficients` (which have none), shared out over the
-    streams' tokens of one step and the call's own; 0 without such points or excess."""
+    """A first guess of `frontend_per_output_token`: the median over the loaded points' short calls
+    among streams of one block of what they take beyond the prediction of `coefficients` (which have
+    none), shared out over the streams' tokens of one step and the call's own; 0 without such points or
+    excess."""
     model = with_coefficients(profile, coefficients)
     excess = [(y[i] - measure_on_twin(p, model)) / (p.concurrency + 1)
-              for i, p in enumerate(points) if _short_under_load(p)]
+              for i, p in enumerate(points) if _short_under_load(p) and not p.stream_context]
     return max(0.0, float(np.median(excess))) if excess else 0.0
 
 

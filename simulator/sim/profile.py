@@ -174,6 +174,10 @@ class StepTimeCoefficients(_Section):
     per_prefill_attention: float = Field(0.0, ge=0)
     """Per query-key pair of a prefill chunk (each prompt token attends to the context up to itself):
     the attention of prefill, which grows with the square of the prompt where decode's grows linearly."""
+    per_mixed_context_token: float = Field(0.0, ge=0)
+    """Extra per token of a decoding sequence's context in a step that also computes a prefill chunk, on
+    top of `per_context_token`: attention kernels built for mixed batches (one launch over prefill and
+    decode queries alike) read a decode's KV less efficiently than a pure-decode step's kernel does."""
     per_spec_token: float = Field(0.0, ge=0)
     """Extra per draft token: drafting it and keeping its verification state."""
     per_draft_pass: float = Field(0.0, ge=0)

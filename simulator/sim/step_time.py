@@ -3,6 +3,7 @@
     compute  = fixed + per_token * tokens + per_prefill_token * prefill_tokens
              + per_decode_seq * decode_seqs + per_context_token * context_tokens
              + per_prefill_attention * prefill_pairs
+             + per_mixed_context_token * decode_context    (only in a step with a prefill chunk)
              + per_spec_token * draft_tokens + per_draft_pass * draft_passes
     schedule = schedule_fixed + schedule_per_seq * seqs
     step     = max(compute, schedule)    with asynchronous scheduling (the CPU work overlaps the GPU's)
@@ -10,8 +11,9 @@
 
 `tokens` counts every scheduled token (prefill chunks, one per decoding sequence, plus its k draft
 tokens); `context_tokens` is the attended context summed over the batch (each sequence's context
-length after the step); `prefill_pairs` counts the query-key pairs of the prefill chunks (a chunk of n
-tokens after c computed ones: n * c + n * (n + 1) / 2). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
+length after the step), `decode_context` the part of it that decoding sequences attend; `prefill_pairs`
+counts the query-key pairs of the prefill chunks (a chunk of n tokens after c computed ones:
+n * c + n * (n + 1) / 2). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
 The profile's `request_overhead` is no step term: the twin delays each request's entry by it.
 """
 
@@ -24,7 +26,7 @@ from .profile import ServerProfile
 
 TERMS = (
     "fixed", "per_token", "per_prefill_token", "per_decode_seq", "per_context_token",
-    "per_spec_token", "per_draft_pass", "per_prefill_attention",
+    "per_spec_token", "per_draft_pass", "per_prefill_attention", "per_mixed_context_token",
 )
 """The compute terms, in the order of `StepTimeModel.features`."""
 
@@ -41,6 +43,7 @@ class StepTimeModel:
     per_spec_token: float
     per_draft_pass: float
     per_prefill_attention: float
+    per_mixed_context_token: float
     schedule_fixed: float
     schedule_per_seq: float
     async_scheduling: bool
@@ -50,17 +53,21 @@ class StepTimeModel:
     def from_profile(cls, profile: ServerProfile) -> StepTimeModel:
         c = profile.step_time
         return cls(c.fixed, c.per_token, c.per_prefill_token, c.per_decode_seq, c.per_context_token,
-                   c.per_spec_token, c.per_draft_pass, c.per_prefill_attention, c.schedule_fixed, c.schedule_per_seq,
-                   profile.scheduler.async_scheduling, profile.spec_decode.num_tokens)
+                   c.per_spec_token, c.per_draft_pass, c.per_prefill_attention, c.per_mixed_context_token,
+                   c.schedule_fixed, c.schedule_per_seq, profile.scheduler.async_scheduling,
+                   profile.spec_decode.num_tokens)
 
     def duration(self, prefill_tokens: int, prefill_seqs: int, decode_seqs: int, context_tokens: float,
-                 prefill_pairs: float = 0.0) -> float:
+                 prefill_pairs: float = 0.0, decode_context: float = 0.0) -> float:
         """Seconds for one step with `prefill_tokens` over `prefill_seqs` chunks and `decode_seqs`
-        decoding sequences (each with `num_spec` draft tokens), attending `context_tokens` in all, its
-        prefill chunks `prefill_pairs` query-key pairs."""
+        decoding sequences (each with `num_spec` draft tokens), attending `context_tokens` in all
+        (`decode_context` of them the decoding sequences'), its prefill chunks `prefill_pairs`
+        query-key pairs."""
         compute = self.base(prefill_tokens, decode_seqs) + self.per_context_token * context_tokens
         if self.per_prefill_attention:
             compute += self.per_prefill_attention * prefill_pairs
+        if prefill_tokens and self.per_mixed_context_token:
+            compute += self.per_mixed_context_token * decode_context
         schedule = self.schedule(prefill_seqs + decode_seqs)
         if self.async_scheduling:
             return compute if compute > schedule else schedule
@@ -95,9 +102,10 @@ class StepTimeModel:
         return self.schedule_fixed + self.schedule_per_seq * seqs
 
     def features(self, prefill_tokens: int, decode_seqs: int, context_tokens: float,
-                 prefill_pairs: float = 0.0) -> list[float]:
+                 prefill_pairs: float = 0.0, decode_context: float = 0.0) -> list[float]:
         """The compute terms' multipliers for one step, in `TERMS` order (for fitting)."""
         k = self.num_spec
         drafts = decode_seqs * k
         return [1.0, float(prefill_tokens + decode_seqs + drafts), float(prefill_tokens), float(decode_seqs),
-                float(context_tokens), float(drafts), float(k if decode_seqs else 0), float(prefill_pairs)]
+                float(context_tokens), float(drafts), float(k if decode_seqs else 0), float(prefill_pairs),
+                float(decode_context if prefill_tokens else 0)]

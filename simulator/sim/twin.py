@@ -504,13 +504,15 @@ class Twin:
         context = len(decodes) * per_decode + group.context(per_decode)
         for req in decodes:
             context += req.computed
+        decode_context = context
         prefill_tokens = 0
         pairs = 0
         for req, n in prefills:
             prefill_tokens += n
             context += req.computed + n
             pairs += n * req.computed + n * (n + 1) // 2
-        return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context, pairs)
+        return self.model.duration(prefill_tokens, len(prefills), len(decodes) + group.size, context, pairs,
+                                   decode_context)
 
     def _finish_step(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]], end: float) -> bool:
         """Apply one step's results at its end time; True when requests' events were resolved now."""
