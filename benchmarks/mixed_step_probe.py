@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
-import time
+
+from pathlib import Path
 
 import aiohttp
 import simpy
@@ -29,30 +29,15 @@ from simulator.sim.profile import load_profile
 from simulator.sim.twin import Twin
 from simulator.workload import Call
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wake_probe import lone_call  # noqa: E402
+
 CASES = ((1, 64, 32), (4, 2048, 32), (8, 2048, 32), (1, 64, 512), (4, 2048, 512))
 """(streams, stream context, call prompt tokens)."""
 DELAY = 0.06
 """Seconds from the streams' send to the call's."""
 PHASES = [k * 0.00025 for k in range(24)]
 BLOCK = 128
-
-
-async def stream_call(session: aiohttp.ClientSession, url: str, model: str, prompt: list[int],
-                      output: int) -> tuple[float, float]:
-    """(TTFT, mean gap between its tokens) of one streamed completion, in seconds."""
-    body = {"model": model, "prompt": prompt, "max_tokens": output, "min_tokens": output, "ignore_eos": True,
-            "temperature": 0, "stream": True}
-    sent = time.perf_counter()
-    first = last = None
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        resp.raise_for_status()
-        async for line in resp.content:
-            if line.startswith(b"data: {") and json.loads(line[6:]).get("choices"):
-                last = time.perf_counter()
-                first = first or last
-    if first is None:
-        raise RuntimeError("the server streamed no tokens")
-    return first - sent, (last - first) / max(1, output - 1)
 
 
 async def measure(url: str, rounds: int, output: int, seed: int) -> dict:
@@ -65,12 +50,12 @@ async def measure(url: str, rounds: int, output: int, seed: int) -> dict:
             for case in (CASES if r % 2 == 0 else CASES[::-1]):
                 streams, context, n = case
                 prompts = [[rng.randrange(10, 1000) for _ in range(context)] for _ in range(streams)]
-                await asyncio.gather(*(stream_call(session, url, model, p, 1) for p in prompts))  # cache them
-                tasks = [asyncio.create_task(stream_call(session, url, model, p + [7], output)) for p in prompts]
+                await asyncio.gather(*(lone_call(session, url, model, p, 1) for p in prompts))  # cache them
+                tasks = [asyncio.create_task(lone_call(session, url, model, p + [7], output)) for p in prompts]
                 await asyncio.sleep(DELAY)
-                ttft, _ = await stream_call(session, url, model, [rng.randrange(10, 1000) for _ in range(n)], 1)
+                ttft, _ = await lone_call(session, url, model, [rng.randrange(10, 1000) for _ in range(n)], 1)
                 found[case][0].append(ttft)
-                found[case][1].extend(itl for _, itl in await asyncio.gather(*tasks))
+                found[case][1].extend(decode / (output - 1) for _, decode in await asyncio.gather(*tasks))
     return found
 
 
@@ -104,6 +89,8 @@ def main() -> int:
     parser.add_argument("--output", type=int, default=120, help="output tokens of each stream")
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args()
+    if args.output < 2:
+        parser.error("--output must be at least 2 (the streams' gaps)")
     profile = load_profile(args.profile)
     found = asyncio.run(measure(args.target, args.rounds, args.output, args.seed))
     print(f"{args.rounds} rounds; medians; twin over {len(PHASES)} send phases")
