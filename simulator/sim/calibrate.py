@@ -511,10 +511,8 @@ def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerPr
     if per_token:
         first = best
         per_token_start = _per_token_start(points, y, profile, first) or floor["frontend_per_output_token"]
-        starts = [first]
-        if "per_mixed_context_token" in terms:
-            starts = [{**first, "per_mixed_context_token": m * floor["per_mixed_context_token"]}
-                      for m in MIXED_STARTS]
+        starts = ([{**first, "per_mixed_context_token": m * floor["per_mixed_context_token"]} for m in MIXED_STARTS]
+                  if "per_mixed_context_token" in terms else [first])
         # every start twice: with the per-token work, and without it (no per-token work is not the limit
         # of a little), the second stage's best over all points kept
         no_per_token = [t for t in terms if t != "frontend_per_output_token"]

@@ -13,7 +13,7 @@
 tokens); `context_tokens` is the attended context summed over the batch (each sequence's context
 length after the step), `decode_context` the part of it that decoding sequences attend; `prefill_pairs`
 counts the query-key pairs of the prefill chunks (a chunk of n tokens after c computed ones:
-n * c + n * (n + 1) / 2). The terms are the columns of the calibration fit (`simulator.sim.calibrate`).
+n * c + n * (n + 1) / 2). The calibration fit (`simulator.sim.calibrate`) fits these coefficients.
 The profile's `request_overhead` is no step term: the twin delays each request's entry by it.
 """
 
@@ -23,12 +23,6 @@ import math
 from dataclasses import dataclass
 
 from .profile import ServerProfile
-
-TERMS = (
-    "fixed", "per_token", "per_prefill_token", "per_decode_seq", "per_context_token",
-    "per_spec_token", "per_draft_pass", "per_prefill_attention", "per_mixed_context_token",
-)
-"""The compute terms, in the order of `StepTimeModel.features`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +94,3 @@ class StepTimeModel:
     def schedule(self, seqs: int) -> float:
         """The CPU's scheduling overhead for a step of `seqs` sequences."""
         return self.schedule_fixed + self.schedule_per_seq * seqs
-
-    def features(self, prefill_tokens: int, decode_seqs: int, context_tokens: float,
-                 prefill_pairs: float = 0.0, decode_context: float = 0.0) -> list[float]:
-        """The compute terms' multipliers for one step, in `TERMS` order (for fitting)."""
-        k = self.num_spec
-        drafts = decode_seqs * k
-        return [1.0, float(prefill_tokens + decode_seqs + drafts), float(prefill_tokens), float(decode_seqs),
-                float(context_tokens), float(drafts), float(k if decode_seqs else 0), float(prefill_pairs),
-                float(decode_context if prefill_tokens else 0)]
