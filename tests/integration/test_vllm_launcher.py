@@ -8,6 +8,7 @@ import pytest
 
 from simulator.cli import main as cli_main
 from simulator.live.vllm import ServerError, VLLMServer, find_venv
+from simulator.live.vllm import server as server_module
 from simulator.live.vllm.server import VENV_ENV
 
 
@@ -48,6 +49,23 @@ def test_command_line_has_the_cpu_flags(tmp_path):
     assert cmd[cmd.index("--served-model-name") + 1] == "m"
     assert cmd[-2:] == ["--seed", "1"]
     assert server.base_url == "http://127.0.0.1:8123"
+
+
+def test_environment_preloads_the_systems_tcmalloc_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_module, "tcmalloc_library", lambda: "libtcmalloc_minimal.so.4")
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    server = VLLMServer(tmp_path / "m", python="/x/python")
+    env = server.environment()
+    assert env["LD_PRELOAD"] == "libtcmalloc_minimal.so.4:/opt/other.so"
+    assert env["OMP_NUM_THREADS"] == "1"  # the CPU build's settings stay
+    # a TCMalloc already named (by the caller's environment or `env`) is left as it is
+    server = VLLMServer(tmp_path / "m", python="/x/python", env={"LD_PRELOAD": "/lib/libtcmalloc.so.4"})
+    assert server.environment()["LD_PRELOAD"] == "/lib/libtcmalloc.so.4"
+    # asked not to, or on a machine without one: LD_PRELOAD untouched
+    assert VLLMServer(tmp_path / "m", python="/x/python", tcmalloc=False).environment()["LD_PRELOAD"] == "/opt/other.so"
+    monkeypatch.setattr(server_module, "tcmalloc_library", lambda: None)
+    monkeypatch.delenv("LD_PRELOAD")
+    assert "LD_PRELOAD" not in VLLMServer(tmp_path / "m", python="/x/python").environment()
 
 
 def test_find_venv_honours_the_environment_variable(tmp_path, monkeypatch):

