@@ -11,7 +11,9 @@ that server (or takes `--profile`), runs a scenario `--repeat` times, and prints
   batches (`StepTimeModel`, plus `per_new_shape` for a token count not among the last `shape_cache`
   and `idle_wake` after a pause, as the twin charges them), the ratio of the sums and the median of
   the per-step ratios;
-- per run: the engine's system time and page faults, and its steps that took more than twice the model.
+- per run: the engine's system time and page faults, the time its thread was off the CPU during steps
+  (their wall time less its CPU time: other processes ran), and its steps that took more than twice the
+  model.
 
 A median ratio near 1 with a sum ratio well below it means the step model is right for the usual step
 and the server has outliers the twin does not; a median ratio off 1 means the model is off for that
@@ -124,10 +126,12 @@ def report(steps, model, windows: list[tuple[float, float]]) -> None:
             continue
         system = sum(s[3] for s, _ in run)
         faults = sum(s[4] for s, _ in run)
+        off_cpu = sum(max(0.0, s[1] - s[2]) for s, _ in run)
         slow = [(s, p) for s, p in run if s[1] > 2 * p]
         lost = sum(s[1] - p for s, p in slow)
         print(f"run {i}: {len(run)} steps, {sum(s[1] for s, _ in run):.2f} s, engine system time {system * 1e3:.0f} ms, "
-              f"{faults} page faults; {len(slow)} steps over twice the model ({lost * 1e3:.0f} ms beyond it)")
+              f"{faults} page faults, {off_cpu * 1e3:.0f} ms off the CPU (other processes ran); {len(slow)} steps "
+              f"over twice the model ({lost * 1e3:.0f} ms beyond it)")
         for s, p in sorted(slow, key=lambda sp: sp[1] - sp[0][1])[:5]:
             print(f"    {s[1] * 1e3:7.1f} ms (model {p * 1e3:6.1f}): CPU {s[2] * 1e3:6.1f} ms of which system {s[3] * 1e3:6.1f},"
                   f" {s[4]} faults, {sum(n for n, _ in s[5])} tokens over {len(s[5])} requests")
