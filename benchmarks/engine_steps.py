@@ -27,7 +27,6 @@ kind of step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
