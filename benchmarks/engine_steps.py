@@ -8,8 +8,8 @@ that server (or takes `--profile`), runs a scenario `--repeat` times, and prints
 
 - per kind of step (pure decode by batch size, prefills alone, prefills mixed with decodes, by prefill
   tokens): how many, their time on the server and on the profile's step-time model for the same
-  batches (`StepTimeModel`, plus `per_new_shape` for a token count not among the last `shape_cache`
-  and `idle_wake` after a pause, as the twin charges them), the ratio of the sums and the median of
+  batches (the twin's own step arithmetic, `per_new_shape` for a token count not among the last
+  `shape_cache` and `idle_wake` after a pause included), the ratio of the sums and the median of
   the per-step ratios;
 - per run: the engine's system time and page faults, the time its thread was off the CPU during steps
   (their wall time less its CPU time: other processes ran), and its steps that took more than twice the
@@ -31,15 +31,16 @@ import os
 import subprocess
 import sys
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import simpy
 
 from simulator.live.vllm import VLLMServer, build_tiny_model
 from simulator.sim.profile import load_profile
-from simulator.sim.step_time import StepTimeModel
-from simulator.sim.twin import WARM_SHAPES
+from simulator.sim.twin import Twin
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = Path(__file__).resolve().parent / "engine_step_hook"
@@ -70,34 +71,21 @@ def kind(decodes: int, prefills: int, prefill_tokens: int) -> str:
 
 
 def modelled(steps, profile) -> list[tuple[str, float]]:
-    """Each step's kind and its duration on the profile's step-time model, with the twin's charges for
-    a new step size and for waking after a pause."""
-    model = StepTimeModel.from_profile(profile)
+    """Each step's kind and what the twin of `profile` charges for the same batch: its step time
+    (`Twin._duration`), a new step size (`Twin._known_shape`, its shape cache carried from step to step)
+    and waking after a pause."""
+    twin = Twin(simpy.Environment(), profile, fast_decode=False)  # never run: only its step arithmetic
     st = profile.step_time
-    shapes = OrderedDict.fromkeys(range(1, min(WARM_SHAPES, st.shape_cache) + 1))
     out = []
     previous_end = None
     for start, seconds, _, _, _, scheduled in steps:
         # a request computing one token after others is decoding; anything else is a prefill chunk
-        decodes = [(n, c) for n, c in scheduled if n == 1 and c > 0]
-        prefills = [(n, c) for n, c in scheduled if not (n == 1 and c > 0)]
-        context = sum(c + n for n, c in decodes)
-        decode_context = context
-        pairs = 0
-        for n, c in prefills:
-            context += c + n
-            pairs += n * c + n * (n + 1) // 2
-        prefill_tokens = sum(n for n, _ in prefills)
-        duration = model.duration(prefill_tokens, len(prefills), len(decodes), context, pairs, decode_context)
-        tokens = prefill_tokens + len(decodes)
-        if st.per_new_shape:
-            if tokens in shapes:
-                shapes.move_to_end(tokens)
-            else:
-                duration += st.per_new_shape
-                shapes[tokens] = None
-                if len(shapes) > st.shape_cache:
-                    shapes.popitem(last=False)
+        decodes = [SimpleNamespace(computed=c) for n, c in scheduled if n == 1 and c > 0]
+        prefills = [(SimpleNamespace(computed=c), n) for n, c in scheduled if not (n == 1 and c > 0)]
+        duration = twin._duration(decodes, prefills)
+        prefill_tokens = sum(n for _, n in prefills)
+        if not twin._known_shape(prefill_tokens + len(decodes)):
+            duration += st.per_new_shape
         if previous_end is not None and start - previous_end > st.idle_after:
             duration += st.idle_wake
         previous_end = start + seconds
