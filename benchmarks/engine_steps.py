@@ -13,7 +13,10 @@ that server (or takes `--profile`), runs a scenario `--repeat` times, and prints
   the per-step ratios;
 - per run: the engine's system time and page faults, the time its thread was off the CPU during steps
   (their wall time less its CPU time: other processes ran), and its steps that took more than twice the
-  model.
+  model;
+- decode steps after a step where a request completed its prompt, where requests ended, and neither:
+  their median time and the engine thread's CPU time over the model without `batch_join` and
+  `batch_leave`, which are what those settings should be on this server.
 
 A median ratio near 1 with a sum ratio well below it means the step model is right for the usual step
 and the server has outliers the twin does not; a median ratio off 1 means the model is off for that
@@ -70,15 +73,25 @@ def kind(decodes: int, prefills: int, prefill_tokens: int) -> str:
     return f"prefill alone, {'1 seq' if prefills == 1 else '2+ seqs'}, {tokens} tokens"
 
 
+def changes(before, step) -> tuple[bool, bool]:
+    """Whether, in the step `before` this one, a request completed its prompt and decodes now, and
+    whether requests ended there (a request continues at the tokens it had plus those it computed)."""
+    went_on = {c + n for n, c in before[5]}
+    now = {c for _, c in step[5]}
+    began = any(n > 1 and c + n in now for n, c in before[5])
+    ended = sum(1 for _, c in step[5] if c in went_on) < len(before[5])
+    return began, ended
+
+
 def modelled(steps, profile) -> list[tuple[str, float]]:
     """Each step's kind and what the twin of `profile` charges for the same batch: its step time
-    (`Twin._duration`), a new step size (`Twin._known_shape`, its shape cache carried from step to step)
-    and waking after a pause."""
+    (`Twin._duration`), a new step size (`Twin._known_shape`, its shape cache carried from step to step),
+    waking after a pause, and requests joining and leaving the batch in the step before."""
     twin = Twin(simpy.Environment(), profile, fast_decode=False)  # never run: only its step arithmetic
     st = profile.step_time
     out = []
     previous_end = None
-    for start, seconds, _, _, _, scheduled in steps:
+    for i, (start, seconds, _, _, _, scheduled) in enumerate(steps):
         # a request computing one token after others is decoding; anything else is a prefill chunk
         decodes = [SimpleNamespace(computed=c) for n, c in scheduled if n == 1 and c > 0]
         prefills = [(SimpleNamespace(computed=c), n) for n, c in scheduled if not (n == 1 and c > 0)]
@@ -88,6 +101,9 @@ def modelled(steps, profile) -> list[tuple[str, float]]:
             duration += st.per_new_shape
         if previous_end is not None and start - previous_end > st.idle_after:
             duration += st.idle_wake
+        if i:
+            began, ended = changes(steps[i - 1], steps[i])
+            duration += st.batch_join * began + st.batch_leave * ended
         previous_end = start + seconds
         out.append((kind(len(decodes), len(prefills), prefill_tokens), duration))
     return out
@@ -122,6 +138,27 @@ def report(steps, model, windows: list[tuple[float, float]]) -> None:
         for s, p in sorted(slow, key=lambda sp: sp[1] - sp[0][1])[:5]:
             print(f"    {s[1] * 1e3:7.1f} ms (model {p * 1e3:6.1f}): CPU {s[2] * 1e3:6.1f} ms of which system {s[3] * 1e3:6.1f},"
                   f" {s[4]} faults, {sum(n for n, _ in s[5])} tokens over {len(s[5])} requests")
+
+
+def churn(steps, model, profile, windows: list[tuple[float, float]]) -> None:
+    """Pure decode steps by what changed in the step before: a request began decoding, requests
+    ended, or neither; the median time over the model without `batch_join` and `batch_leave` (what
+    those settings should be), and the engine thread's CPU time over it."""
+    st = profile.step_time
+    groups = defaultdict(list)
+    for before, step, (_, predicted) in zip(steps, steps[1:], model[1:]):
+        if not any(low <= step[0] <= high for low, high in windows) \
+                or not all(n == 1 and c > 0 for n, c in step[5]):
+            continue
+        began, ended = changes(before, step)
+        predicted -= st.batch_join * began + st.batch_leave * ended
+        key = "a request began decoding" if began else "requests ended" if ended else "neither"
+        groups[key].append((step[1] - predicted, min(step[2], step[1]) - predicted))
+    print(f"\n{'decode steps after a step where':34s} {'steps':>6s} {'time over model':>16s} {'CPU over model':>15s}  (medians)")
+    for key in ("neither", "a request began decoding", "requests ended"):
+        if groups[key]:
+            wall, cpu = np.median(np.array(groups[key]), axis=0)
+            print(f"{key:34s} {len(groups[key]):6d} {wall * 1e3:13.3f} ms {cpu * 1e3:12.3f} ms")
 
 
 def main() -> int:
@@ -160,7 +197,10 @@ def main() -> int:
     if not steps:
         raise SystemExit(f"no steps recorded in {log}.*: the hook did not load (see {out / 'server.log'})")
     print(f"{len(steps)} steps recorded; profile {profile}")
-    report(steps, modelled(steps, load_profile(profile)), windows)
+    profile = load_profile(profile)
+    model = modelled(steps, profile)
+    report(steps, model, windows)
+    churn(steps, model, profile, windows)
     return 0
 
 

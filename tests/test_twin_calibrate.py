@@ -20,9 +20,14 @@ TRUE = {"fixed": 0.004, "per_token": 2.0e-5, "per_decode_seq": 5.0e-5, "per_cont
         "per_new_shape": 0.002, "wake_slowdown": 0.2, "per_mixed_context_token": 4.0e-8}
 
 
+BATCH = {"batch_join": 0.0015, "batch_leave": 0.0005}
+"""The engine's batch settings: kept by the fit, charged by the twin (a sweep point starts as the one
+before it ended, so its first step removes those requests)."""
+
+
 def known_profile(**step_time):
     return load_profile("tiny-vllm-cpu", overrides={
-        "step_time": {**TRUE, "schedule_fixed": 0.0, "schedule_per_seq": 0.0, **step_time},
+        "step_time": {**TRUE, **BATCH, "schedule_fixed": 0.0, "schedule_per_seq": 0.0, **step_time},
         "scheduler": {"max_num_seqs": 64},
     })
 
@@ -47,15 +52,28 @@ def test_sweep_separates_prefill_and_decode_within_limits():
     assert {p.stream_context for p in design_sweep(small) if p.kind == "loaded"} == {0, 1024}
 
 
-@pytest.mark.parametrize("per_token", [TRUE["frontend_per_output_token"], 0.0])
-def test_fit_recovers_known_coefficients_from_exact_measurements(per_token):
-    truth = known_profile(frontend_per_output_token=per_token)
+NO_SETTINGS = {"frontend_contention": 0.0, "batch_join": 0.0, "batch_leave": 0.0}
+"""The settings that lengthen steps by what happens around them, off."""
+
+
+@pytest.mark.parametrize("per_token,settings", [(TRUE["frontend_per_output_token"], NO_SETTINGS), (0.0, NO_SETTINGS),
+                                                 (TRUE["frontend_per_output_token"], {})])
+def test_fit_recovers_known_coefficients_from_exact_measurements(per_token, settings):
+    # settings {}: the CPU test server's (the preset's intake contention, `BATCH`), which the fit keeps
+    truth = known_profile(frontend_per_output_token=per_token, **settings)
     result = calibrate(truth, lambda point: measure_on_twin(point, truth))
+    for name in NO_SETTINGS:
+        assert getattr(result.profile.step_time, name) == getattr(truth.step_time, name)
     # the API server's one-at-a-time work makes the fit nonlinear: a burst's requests move between
     # steps as it changes, so the search ends within a step boundary of the truth, not on it; the mixed
-    # steps' context cost rests on two loaded points, whose calls meet steps at a few phases
+    # steps' context cost rests on two loaded points, whose calls meet steps at a few phases. The steps
+    # that the engine's batch changes lengthen and those the intake stretches move in jumps as the terms
+    # change, too: with the server's settings the search ends up to 10% off the context terms.
     for term in FIT_TERMS:
-        within = 0.1 if term == "per_mixed_context_token" else 0.04
+        if term == "per_mixed_context_token":
+            within = 0.1 if settings else 0.15
+        else:
+            within = 0.05 if settings else 0.1
         assert result.coefficients[term] == pytest.approx(truth.step_time.model_dump()[term], rel=within), term
     assert result.rms_relative_error < 2e-3
     assert result.profile.calibrated
@@ -102,16 +120,17 @@ def test_sweep_of_a_small_context_server_reaches_its_limit_and_fits_the_kv_cache
 
 
 def test_decode_point_measures_end_to_end_latency_of_the_burst():
-    # one request alone: the request overhead, one prefill step (of a new size: per_new_shape), then
-    # O - 1 decode steps of one sequence (a size held from the start), each fixed + per_token (one
-    # token) + per_decode_seq + per_context_token * (prompt + tokens so far)
+    # one request alone: the request overhead, one prefill step (of a new size: per_new_shape; removing
+    # the point before's requests: batch_leave), then O - 1 decode steps of one sequence (a size held
+    # from the start), each fixed + per_token (one token) + per_decode_seq + per_context_token * (prompt
+    # + tokens so far), the first taking the request into the decode batch (batch_join)
     truth = known_profile()
     point = SweepPoint("decode", 1, 64, 32)
     c = TRUE
     prefill = (c["fixed"] + c["per_token"] * 64 + c["per_context_token"] * 64 + c["per_prefill_attention"] * 64 * 65 / 2
-               + c["per_new_shape"])
+               + c["per_new_shape"] + BATCH["batch_leave"])
     decode = sum(c["fixed"] + c["per_token"] + c["per_decode_seq"] + c["per_context_token"] * (64 + k)
-                 for k in range(1, 32))
+                 for k in range(1, 32)) + BATCH["batch_join"]
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 64
     # its last token reaches the client after the API server's work on it
     sending = c["frontend_per_output_token"]
@@ -120,13 +139,14 @@ def test_decode_point_measures_end_to_end_latency_of_the_burst():
 
 def test_cached_point_pays_the_request_handling_of_every_prompt_token_but_prefills_only_the_tail():
     # P = 1000 with 128-token blocks: the warm-up leaves 7 full blocks (896 tokens) in the prefix cache,
-    # so the timed request prefills 104 tokens after 896 cached ones, in one step of a new size
+    # so the timed request prefills 104 tokens after 896 cached ones, in one step of a new size that
+    # removes the warm-up request from the batch
     truth = known_profile()
     point = SweepPoint("prefill", 1, 1000, 1, cached=True)
     c = TRUE
     n, cached = 104, 896
     step = (c["fixed"] + c["per_token"] * n + c["per_context_token"] * (cached + n)
-            + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2) + c["per_new_shape"])
+            + c["per_prefill_attention"] * (n * cached + n * (n + 1) / 2) + c["per_new_shape"] + BATCH["batch_leave"])
     handling = c["request_overhead"] + c["frontend_per_request"] + c["frontend_per_prompt_token"] * 1000
     assert measure_on_twin(point, truth) == pytest.approx(handling + step + c["frontend_per_output_token"], rel=1e-9)
     assert "P=1000 cached" in point.label()
@@ -143,8 +163,8 @@ def test_a_cached_decode_burst_warms_each_prompt_and_prefills_one_token_each():
     # two requests of 257 tokens, each with two whole blocks of its own in the cache: one step prefills
     # both last tokens (each attending to the 256 cached ones), then two decode steps of both
     truth = load_profile("tiny-vllm-cpu", overrides={"step_time": {
-        **{t: 0.0 for t in FIT_TERMS}, "fixed": 0.004, "per_token": 2e-5, "per_decode_seq": 5e-5,
-        "per_context_token": 2e-8, "per_prefill_attention": 1e-9, "request_overhead": 0.01}})
+        **{t: 0.0 for t in FIT_TERMS}, "batch_join": 0.0, "batch_leave": 0.0, "fixed": 0.004, "per_token": 2e-5,
+        "per_decode_seq": 5e-5, "per_context_token": 2e-8, "per_prefill_attention": 1e-9, "request_overhead": 0.01}})
     point = SweepPoint("decode", 2, 257, 3, cached=True)
     prefill = 0.004 + 2e-5 * 2 + 2e-8 * 257 * 2 + 1e-9 * 2 * (256 + 1)
     decodes = [0.004 + 2e-5 * 2 + 5e-5 * 2 + 2e-8 * 2 * (257 + k) for k in (1, 2)]
@@ -229,6 +249,19 @@ def test_a_live_sweep_sends_uncached_prompts_of_lengths_moved_a_few_tokens_eithe
     for fixed in (SweepPoint("prefill", 1, 1025, 1, cached=True), SweepPoint("prefill", 1, 64, 1, same_size=True),
                   SweepPoint("prefill", 4, 16, 1)):
         assert fresh_length(fixed, rng, scheduler) == fixed.input_tokens
+
+
+def test_a_live_sweep_sends_each_length_once_while_it_has_lengths_left():
+    rng = np.random.default_rng(6)
+    scheduler = load_profile("tiny-vllm-cpu").scheduler
+    sent: set[int] = set()
+    plain, after_idle = SweepPoint("prefill", 1, 1024, 1), SweepPoint("prefill", 1, 1024, 1, idle=0.5)
+    lengths = [fresh_length(point, rng, scheduler, sent) for _ in range(FRESH_SPREAD) for point in (plain, after_idle)]
+    # every length within the spread once: the kernels of a length sent before would still be built
+    assert sorted(lengths) == [1024 + d for d in range(-FRESH_SPREAD, FRESH_SPREAD + 1) if d]
+    assert sent == set(lengths)
+    # with none left, lengths repeat rather than leave the spread
+    assert 1 <= abs(fresh_length(plain, rng, scheduler, sent) - 1024) <= FRESH_SPREAD
 
 
 def test_a_long_decode_after_a_pause_pays_the_wake_up_and_the_slower_steps_of_its_warm_up():

@@ -105,3 +105,28 @@ def test_a_requests_end_is_its_last_tokens_delivery():
     assert end.first_token == pytest.approx(STEP + 1e-3)
     assert end.end == pytest.approx(3 * STEP + 1e-3) and env.now == pytest.approx(end.end)
     assert end.itl_mean == pytest.approx(STEP)
+
+
+@pytest.mark.parametrize("at", [0.049, 0.052])
+def test_intake_work_while_the_engine_steps_stretches_its_steps_by_the_contention(at):
+    # The stream's own 4 ms intake ends at 4 ms, while the engine is idle: no cost. It then steps every
+    # 10 ms from 4 ms. The call's intake runs 4 ms from `at`: inside the step from 44 to 54 ms, after
+    # that step was planned, so the next step pays for it (at 49 ms); or half inside that step and half
+    # inside the next, which sees it coming and pays for both halves (at 52 ms). Either way the engine
+    # loses contention times 4 ms once.
+    c, intake = 1.5, 4e-3
+    plain, plain_streams, plain_stats = probe(1, at, frontend_per_request=intake)
+    shared, shared_streams, shared_stats = probe(1, at, frontend_per_request=intake, frontend_contention=c)
+    assert shared_stats.busy_time - plain_stats.busy_time == pytest.approx(c * intake, rel=1e-9)
+    assert shared_streams[0].end - plain_streams[0].end == pytest.approx(c * intake, rel=1e-9)
+    assert shared_stats.steps == plain_stats.steps
+    assert shared.ttft - plain.ttft == pytest.approx(c * intake, rel=1e-9)
+
+
+def test_intake_work_while_the_engine_is_idle_costs_it_nothing():
+    env = simpy.Environment()
+    twin = Twin(env, profile(frontend_per_request=4e-3, frontend_contention=2.0))
+    done = twin.submit(16, 3)
+    env.run()
+    assert done.value.first_token == pytest.approx(4e-3 + STEP)
+    assert twin.stats.busy_time == pytest.approx(3 * STEP)

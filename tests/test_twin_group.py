@@ -64,8 +64,11 @@ def assert_same(slow, slow_stats, fast, fast_stats):
     assert fast_stats.busy_time == pytest.approx(slow_stats.busy_time, rel=1e-12)
 
 
-API_SERVER = [{}, {"frontend_per_output_token": 3e-4}, {"frontend_per_output_token": 2e-3}]
-"""The API server's per-token work: none, a share of each step, more than a step (saturated)."""
+API_SERVER = [{}, {"frontend_per_output_token": 3e-4}, {"frontend_per_output_token": 2e-3},
+              {"frontend_per_output_token": 3e-4, "frontend_contention": 1.5, "batch_join": 2e-3, "batch_leave": 1e-3}]
+"""The API server's per-token work: none, a share of each step, more than a step (saturated); and its
+intake work taking engine time (`frontend_contention`), with the engine's work on requests joining and
+leaving its batch."""
 
 
 @pytest.mark.parametrize("frontend", API_SERVER)
@@ -79,7 +82,7 @@ def test_group_matches_single_stepping_on_agent_traffic(keep_gaps, spec, fronten
     assert_same(slow, ss, fast, fs)
 
 
-@pytest.mark.parametrize("frontend", API_SERVER[:2])  # (a saturated API server spreads the load: no shortage)
+@pytest.mark.parametrize("frontend", API_SERVER[:2] + API_SERVER[3:])  # (a saturated API server spreads the load)
 def test_group_matches_under_kv_shortage_with_eviction_and_preemption(frontend):
     profile = make_profile(kv_cache={"num_blocks": 420}, scheduler={"max_model_len": 1600}, step_time=frontend)
     slow, ss, fast, fs = both(agent_workload(2, tasks=60), profile)
@@ -87,7 +90,7 @@ def test_group_matches_under_kv_shortage_with_eviction_and_preemption(frontend):
     assert_same(slow, ss, fast, fs)
 
 
-@pytest.mark.parametrize("frontend", API_SERVER[:2])  # (saturated, it delivers the first token late)
+@pytest.mark.parametrize("frontend", API_SERVER[:2] + API_SERVER[3:])  # (saturated: the first token late)
 def test_group_matches_when_a_decoder_is_skipped_for_budget(frontend):
     # ten streams of 1 + 3 tokens take 40 of a 42-token step: a late request prefills 2 tokens a step,
     # then cannot decode beside them and waits for the first of them to end
@@ -101,7 +104,7 @@ def test_group_matches_when_a_decoder_is_skipped_for_budget(frontend):
     assert_same(slow, ss, fast, fs)
 
 
-@pytest.mark.parametrize("frontend", API_SERVER[:2])
+@pytest.mark.parametrize("frontend", API_SERVER[:2] + API_SERVER[3:])
 @pytest.mark.parametrize("trace_block", [10, 24, 7])
 def test_group_matches_with_trace_blocks_unaligned_to_kv_blocks(trace_block, frontend):
     # a small budget ends prefills inside a KV block, so some requests start decoding before their

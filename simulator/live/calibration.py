@@ -43,9 +43,10 @@ async def measure_sweep(
     # cached point's own warm-up.
     nonce = f"{os.getpid()}-{time.time_ns()}"
     samples: list[list[float]] = [[] for _ in points]
+    sent: set[int] = set()
     async with Client(target, time.perf_counter()) as client:
         async def burst(point: SweepPoint, key: str) -> float:
-            return await _burst(client, point, key, block_size, fresh_length(point, rng, scheduler))
+            return await _burst(client, point, key, block_size, fresh_length(point, rng, scheduler, sent))
 
         await burst(points[0], f"calibrate-{nonce}--1-0")  # warm-up
         for attempt in range(repeat):
@@ -57,11 +58,14 @@ async def measure_sweep(
     return samples
 
 
-FRESH_SPREAD = 8
-"""An uncached point's prompt length moves by up to this many tokens either way each time it is sent."""
+FRESH_SPREAD = 16
+"""An uncached point's prompt length moves by up to this many tokens either way each time it is sent,
+to a length the sweep has not sent yet while there is one: the kernels a length's step builds stay in
+oneDNN's cache for the next hundred-odd sizes (`shape_cache`), longer than a sweep round."""
 
 
-def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: SchedulerSettings) -> int:
+def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: SchedulerSettings,
+                 sent: Optional[set[int]] = None) -> int:
     """The prompt length to send for `point` this time. A step of a size the server ran lately finds its
     kernels built, one of a new size builds them (`per_new_shape`); agent traffic's prefills are of new
     sizes all the time, and so are the sweep's but those of a same-size point and prompts too short to
@@ -69,7 +73,8 @@ def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: Schedul
     repeats is the nominal length's, which the twin takes; but a move never makes the prompt and its
     output exceed the server's `max_model_len`, nor the burst's prefill take another chunk of
     `max_num_batched_tokens` (another step, which the nominal length does not take): it goes the
-    other way then, or the length stays."""
+    other way then, or the length stays. With `sent` (the lengths sent so far, which the length sent
+    joins), a move to a length not sent yet, while one is left."""
     p = point.input_tokens
     if point.cached or point.same_size or p <= 2 * FRESH_SPREAD:
         return p
@@ -77,11 +82,18 @@ def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: Schedul
     def chunks(length: int) -> int:
         return -(-point.concurrency * length // scheduler.max_num_batched_tokens)
 
-    move = int(rng.choice([d for d in range(-FRESH_SPREAD, FRESH_SPREAD + 1) if d]))
+    moves = [d for d in range(-FRESH_SPREAD, FRESH_SPREAD + 1) if d]
+    if sent:
+        moves = [d for d in moves if p + d not in sent] or moves
+    move = int(rng.choice(moves))
+    length = p
     for moved in (p + move, p - move):
         if moved + point.output_tokens <= scheduler.max_model_len and chunks(moved) == chunks(p):
-            return moved
-    return p
+            length = moved
+            break
+    if sent is not None:
+        sent.add(length)
+    return length
 
 
 async def _burst(client: Client, point: SweepPoint, key: str, block_size: int, prompt: int) -> float:

@@ -294,6 +294,7 @@ def measure_on_twin(point: SweepPoint, profile: ServerProfile) -> float:
         # steps advanced at once would not see
         return _loaded_on_twin(point, env, Twin(env, profile, fast_decode=False), bs)
     twin = Twin(env, profile)
+    twin.requests_ended()  # the sweep's point before ended just before this one
     prompts = [()] * point.concurrency
     if point.cached:
         prompts = cached_prompts(point, bs)

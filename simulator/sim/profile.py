@@ -207,6 +207,32 @@ class StepTimeCoefficients(_Section):
     count times this, a token reaches its client when the work queued before it and its step's tokens
     are done, and a request arriving meanwhile waits its turn. Under many streams this delays new
     requests' first tokens; where the worker saturates it also slows every stream's delivery."""
+    frontend_contention: float = Field(0.0, ge=0)
+    """A factor, not a term: engine time lost per second of the API server's work on new requests
+    (`frontend_per_request`, `frontend_per_prompt_token`) done while the engine steps. Where the engine,
+    the API server and a load client beside them have more busy threads than the host has cores, the
+    operating system takes the engine's core in turns, and a step lasts its own work plus the time it
+    waited. A step is stretched by this factor times the intake work done inside it; work that begins
+    after the step was planned stretches the next one; intake while the engine is idle costs nothing.
+    Measured on the CPU test server, one engine thread on 2 cores with the load client
+    (`benchmarks/engine_steps.py`): during bursts of arrivals the engine thread was off its core 1.6 ms
+    of a typical prefill step, its own CPU time what the step model says. A setting, not fitted: tried
+    as a fitted term, the sweep gave 0.27 ±11% on that server, but on the twin's own exact measurements
+    the search stalled far from a known value (0.78 for 1 without per-token work, 0.1 for 0), pulling the
+    per-step terms with it. A GPU server's engine thread has a core to itself: 0 there."""
+    batch_join: float = Field(0.0, ge=0)
+    """Seconds added to the step after one in which requests completed their prompts and go on to
+    decode: the engine rebuilding its batch state around requests that change from prefill to decode.
+    Measured on the CPU test server (`benchmarks/engine_steps.py`, azure-bursty): a decode step holding
+    a request's first decode took 1.0 ms more than one of the same batch without (0.7 to 1.0 ms of it
+    the engine thread's own CPU time), 1.2 ms with two such requests. A setting, not fitted: in a
+    sweep's calls it is one more millisecond per call beside the API server's; `benchmarks/engine_steps.py`
+    measures it from the engine's steps. A GPU build pays it too, as CPU time in the scheduler and
+    model runner, but hides most of it behind the GPU with asynchronous scheduling."""
+    batch_leave: float = Field(0.0, ge=0)
+    """Seconds added to the step after one in which requests ended: the engine removing them from its
+    batch state. Measured as above: 0.4 ms on a decode step after one or two requests left. A setting,
+    not fitted, as `batch_join`."""
     idle_wake: float = Field(0.0, ge=0)
     """Not a step term: seconds added to the first step after the engine sat idle for longer than
     `idle_after` (its threads asleep, their caches gone cold; the slower steps after it are
@@ -227,16 +253,21 @@ class StepTimeCoefficients(_Section):
     per_new_shape: float = Field(0.0, ge=0)
     """Seconds added to a step whose count of scheduled tokens is not among the last `shape_cache`
     distinct counts: building the kernels for a new shape. vLLM's CPU build runs each linear layer
-    through a oneDNN matmul primitive made for the exact row count (the step's tokens) and keeps the
-    last 32 per layer shape (vLLM 0.32.0: ``create_onednn_mm(weight, 32)`` in
-    model_executor/layers/utils.py, an LRU keyed on the row count in csrc/cpu/dnnl_helper.cpp), so
-    a step of a new size builds them anew. Decode steps repeat a few sizes; steps with a prefill chunk
+    through a oneDNN matmul primitive made for the exact row count (the step's tokens): it keeps the
+    last 32 per layer (vLLM 0.32.0: ``create_onednn_mm(weight, 32)`` in
+    model_executor/layers/utils.py, an LRU keyed on the row count in csrc/cpu/dnnl_helper.cpp), and
+    oneDNN's own primitive cache (1,024 primitives unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` says
+    otherwise) gives one back cheaply after that, so a size costs anew once 1,024 / (matmuls per step)
+    other sizes ran since (128 for a model of 8 matmul layers). Decode steps repeat a few sizes; steps with a prefill chunk
     rarely repeat one. A GPU build captures graphs for fixed sizes and pays no such cost: 0 there."""
     shape_cache: int = Field(32, ge=1)
-    """Distinct step sizes whose kernels the engine keeps (`per_new_shape`); a setting, not fitted."""
+    """Distinct step sizes whose kernels the engine keeps (`per_new_shape`); a setting, not fitted.
+    On the CPU test server a step of a size last run 32 to 127 sizes ago cost what one of a recent
+    size does, one never run 1.9 ms more CPU time (`benchmarks/engine_steps.py`)."""
 
 
-STEP_SETTINGS = frozenset({"idle_after", "wake_period", "shape_cache"})
+STEP_SETTINGS = frozenset({"idle_after", "wake_period", "shape_cache", "batch_join", "batch_leave",
+                           "frontend_contention"})
 """`StepTimeCoefficients` fields that are settings, not coefficients: calibration keeps them as the
 profile has them, and they are no measurement a prediction could lack."""
 

@@ -177,6 +177,12 @@ class Twin:
         self.frontend_per_output_token = profile.step_time.frontend_per_output_token
         self._frontend_free = env.now
         """When the API server is done with the requests and tokens it has been given."""
+        self.contention = profile.step_time.frontend_contention
+        self._intake: deque[tuple[float, float]] = deque()
+        """(begin, end) of the API server's work on new requests that may still overlap a step (with
+        `frontend_contention`), oldest first."""
+        self._charged: Optional[tuple[float, float]] = None
+        """(start, contention charged when planned) of the step under way; None after an idle."""
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
         self.waiting: deque[TwinRequest] = deque()
@@ -199,6 +205,10 @@ class Twin:
         self.wake_period = profile.step_time.wake_period
         self._warm_at = -math.inf
         """Steps that start before this pay `wake_slowdown` (the engine warming up after a long idle)."""
+        self.batch_join = profile.step_time.batch_join
+        self.batch_leave = profile.step_time.batch_leave
+        self._churn = 0.0
+        """Seconds the next step pays for requests that began decoding or ended in the last one."""
         self.per_new_shape = profile.step_time.per_new_shape
         self.shape_cache = profile.step_time.shape_cache
         self._shapes: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, min(WARM_SHAPES, self.shape_cache) + 1))
@@ -257,6 +267,8 @@ class Twin:
             start = self._frontend_free if self._frontend_free > now else now
             self._frontend_free = start + busy
             delay += self._frontend_free - now
+            if self.contention and busy > 0.0:
+                self._intake.append((start, start + busy))
         if delay > 0.0:
             # Outside the engine: the request only waits, and the engine's next step boundary after it
             # sees the request.
@@ -279,6 +291,11 @@ class Twin:
             yield req.tag, req.b + group.tokens
         for req in self.running:
             yield req.tag, req.generated
+
+    def requests_ended(self) -> None:
+        """Take note that requests ended just before the first one submitted here (a server in service):
+        the engine's next step removes them from its batch (`batch_leave`)."""
+        self._churn = self.batch_leave
 
     def fits(self, input_tokens: int, output_tokens: int) -> bool:
         """Whether a call of this size is accepted (prompt plus output within `max_model_len`)."""
@@ -310,6 +327,7 @@ class Twin:
         group = self.group
         if not self.running and not self.waiting and not group.size:
             self._plan = None
+            self._charged = None
             self._idle_since = self.clock
             wake = self._wake = simpy.Event(self.env)
             wake.callbacks.append(self._woken)
@@ -322,14 +340,18 @@ class Twin:
         start = self.clock
         chunk = None
         if group.size and not prefills and not decodes and not preempted and not self.running \
-                and env.peek() > now and (not self.per_new_shape or group.size * (1 + self.k) in self._shapes):
+                and env.peek() > now and (not self.per_new_shape or group.size * (1 + self.k) in self._shapes) \
+                and not self._churn and not self._contended(start):
             chunk = self._decode_chunk()
         if chunk is None:
             duration = self._duration(decodes, prefills)
             if start < self._warm_at:
                 duration *= self.slow
-            end = start + duration + self._cold
+            if self.contention:
+                duration += self._stolen(start, duration)
+            end = start + duration + self._cold + self._churn
             self._cold = 0.0
+            self._churn = 0.0
             if self.per_new_shape:
                 tokens = sum(n for _, n in prefills) + (len(decodes) + group.size) * (1 + self.k)
                 if not self._known_shape(tokens):
@@ -337,9 +359,45 @@ class Twin:
         else:
             end = chunk.end
             self._known_shape(group.size * (1 + self.k))  # a run of steps of one known size
+            if self.contention:
+                self._charged = (start, 0.0)
         step: _Step = (decodes, prefills, chunk, start, end)
         self._plan = step
         env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
+
+    def _contended(self, start: float) -> bool:
+        """Whether intake work in the API server overlaps the step under way or begins after
+        `start`: the next step pays for it (`_stolen`), so it is planned on its own."""
+        intake = self._intake
+        if not intake:
+            return False
+        since = start if self._charged is None else self._charged[0]
+        while intake and intake[0][1] <= since:
+            intake.popleft()
+        return bool(intake)
+
+    def _stolen(self, start: float, duration: float) -> float:
+        """Engine time the API server's intake work takes from the step planned at `start` for
+        `duration` (`frontend_contention`): its share of the work inside the step as planned, plus
+        that of the work inside the step before it beyond what that step was charged (requests that
+        arrived after it was planned)."""
+        intake = self._intake
+        before = self._charged
+        since = start if before is None else before[0]
+        while intake and intake[0][1] <= since:
+            intake.popleft()
+        late = 0.0
+        now = 0.0
+        end = start + duration
+        for begin, finish in intake:
+            if before is not None and begin < start:
+                late += (finish if finish < start else start) - (begin if begin > since else since)
+            if finish > start and begin < end:
+                now += (finish if finish < end else end) - (begin if begin > start else start)
+        now *= self.contention
+        late = late * self.contention - before[1] if before is not None else 0.0
+        self._charged = (start, now)
+        return now + late if late > 0.0 else now
 
     def _known_shape(self, tokens: int) -> bool:
         """Whether a step of `tokens` scheduled tokens finds its kernels built (always, without
@@ -539,12 +597,15 @@ class Twin:
             req.last_token = end
             if req.generated >= req.target:
                 done.append(req)
+        joined = False
         for req, n in prefills:
             req.computed += n
             self.stats.prefill_tokens += n
             if req.computed >= req.prefill_len:
                 req.generated += 1
                 req.decoding = True
+                if req.generated < req.target:
+                    joined = True
                 if req.first_token is None:
                     req.first_token = end
                     req.last_token = end
@@ -552,6 +613,8 @@ class Twin:
                     self._token(req, end)
                 if req.generated >= req.target:
                     done.append(req)
+        if joined:
+            self._churn += self.batch_join
         return self._finish(done, group_done, end) if done else False
 
     def _step_tokens(self, decodes: list[TwinRequest], prefills: list[tuple[TwinRequest, int]], emit: int) -> int:
@@ -724,6 +787,7 @@ class Twin:
         if settled < len(done):
             finished = set(map(id, done[settled:]))
             self.running = [r for r in self.running if id(r) not in finished]
+        self._churn += self.batch_leave
         stats = self.stats
         for req in done:
             self.kv.release(req.hold, req.computed)
