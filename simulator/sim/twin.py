@@ -15,7 +15,11 @@ in the order a process stepping it would; requests are events it resolves. Each 
 3. The step lasts what the step-time model says, and `per_new_shape` more when its count of scheduled
    tokens is not among the last `shape_cache` counts run (kernels built for a new size). After an
    idle longer than `idle_after` the first step pays `idle_wake` and the steps of the next
-   `wake_period` seconds last `wake_slowdown` longer (the hardware coming back to speed); at its end
+   `wake_period` seconds last `wake_slowdown` longer (the hardware coming back to speed). The step
+   after one in which requests finished their prefill and go on decoding pays `batch_join`, the step
+   after one in which requests ended `batch_leave` (the engine's batch state changing); and a step is
+   stretched by `frontend_contention` times the API server's intake work done inside it (work begun
+   after the step was planned stretches the next one), the engine losing its core to it. At its end
    prefills advance, a finished prefill emits the first token, decodes emit their tokens, and
    finished requests free their blocks.
 
@@ -38,7 +42,8 @@ Fast path (`fast_decode`, the default): requests that decode step after step are
 group (`simulator.sim.decode_group`): shared token, block and gap counters, a heap of finish points, so
 a step costs the same whatever the batch size, and only requests that change state (admitted,
 prefilling, finishing) are looked at one by one. When a step is pure decode, nothing waits that could
-be admitted and no other event is due before the step's end, the twin advances many decode steps at
+be admitted, no batch change or intake work is to be charged to it and no other event is due before
+the step's end, the twin advances many decode steps at
 once, up to the first finish, the first step boundary at or after the next event in the SimPy queue,
 or a KV shortage. Where the group cannot follow the scheduler exactly (its members would not all get
 their tokens or their blocks), its members are written back and the step is taken one request at a
