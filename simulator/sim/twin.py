@@ -346,7 +346,7 @@ class Twin:
         chunk = None
         if group.size and not prefills and not decodes and not preempted and not self.running \
                 and env.peek() > now and (not self.per_new_shape or group.size * (1 + self.k) in self._shapes) \
-                and not self._churn and not self._contended(start):
+                and not self._churn and not (self._intake and self._pending_intake(start)):
             chunk = self._decode_chunk()
         if chunk is None:
             duration = self._duration(decodes, prefills)
@@ -370,27 +370,24 @@ class Twin:
         self._plan = step
         env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
 
-    def _contended(self, start: float) -> bool:
-        """Whether intake work in the API server overlaps the step under way or begins after
-        `start`: the next step pays for it (`_stolen`), so it is planned on its own."""
+    def _pending_intake(self, start: float) -> deque[tuple[float, float]]:
+        """The API server's intake work that a step planned at `start` may pay for (`_stolen`): what
+        ends after the step under way began (after `start` following an idle); older work is dropped.
+        A step with any is planned on its own, not in a run of decode steps."""
         intake = self._intake
-        if not intake:
-            return False
         since = start if self._charged is None else self._charged[0]
         while intake and intake[0][1] <= since:
             intake.popleft()
-        return bool(intake)
+        return intake
 
     def _stolen(self, start: float, duration: float) -> float:
         """Engine time the API server's intake work takes from the step planned at `start` for
         `duration` (`frontend_contention`): its share of the work inside the step as planned, plus
         that of the work inside the step before it beyond what that step was charged (requests that
         arrived after it was planned)."""
-        intake = self._intake
+        intake = self._pending_intake(start)
         before = self._charged
         since = start if before is None else before[0]
-        while intake and intake[0][1] <= since:
-            intake.popleft()
         late = 0.0
         now = 0.0
         end = start + duration
