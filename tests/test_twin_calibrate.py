@@ -10,7 +10,7 @@ import simpy
 
 from simulator.sim.calibrate import (FIT_TERMS, LOADED_SHORT, LONG_OUTPUT, SweepPoint, calibrate, design_sweep, fit, fit_report,
                                      loaded_stream, measure_on_twin, probe_offsets, probe_phases)
-from simulator.live.calibration import FRESH_SPREAD, fresh_length
+from simulator.live.calibration import FRESH_SPREAD, fresh_length, round_speeds, speed_trend
 from simulator.sim.profile import load_profile
 from simulator.sim.twin import Twin
 
@@ -262,6 +262,20 @@ def test_a_live_sweep_sends_each_length_once_while_it_has_lengths_left():
     assert sent == set(lengths)
     # with none left, lengths repeat rather than leave the spread
     assert 1 <= abs(fresh_length(plain, rng, scheduler, sent) - 1024) <= FRESH_SPREAD
+
+
+def test_the_rounds_speeds_show_a_server_that_drifted_over_the_sweep():
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.005, 2.0, size=40)  # the points' own times, seconds
+    speeds = np.array([1.04, 1.02, 1.0, 0.98, 0.96])  # a server warming up: each round 2% faster
+    samples = [list(t * speeds * rng.normal(1.0, 0.002, size=5)) for t in base]
+    found = round_speeds(samples)
+    assert np.allclose(found, speeds / np.median(speeds), atol=0.005)
+    assert speed_trend(found) == pytest.approx(-0.08 / 1.04, abs=0.003)  # 8 points from the first round's 1.04
+    steady = [list(t * rng.normal(1.0, 0.002, size=5)) for t in base]
+    assert abs(speed_trend(round_speeds(steady))) < 0.005
+    # one or two rounds: no trend to tell
+    assert speed_trend(round_speeds([s[:2] for s in samples])) == 0.0
 
 
 def test_a_long_decode_after_a_pause_pays_the_wake_up_and_the_slower_steps_of_its_warm_up():

@@ -98,8 +98,9 @@ async def test_calibrate_drives_a_live_server_through_the_sweep(tmp_path):
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert "decode B=2 P=64 O=32" in out.decode()
+    assert "rounds' times over the points' medians: 1.000 (trend +0.0%)" in err.decode()
     profile = load_profile(path)
-    assert profile.calibrated and profile.source.endswith(url)
+    assert profile.calibrated and profile.source.endswith(url) and "rounds' trend +0.0%" in profile.source
 
 
 async def test_calibrate_warms_a_cached_points_prompt_into_the_prefix_cache():

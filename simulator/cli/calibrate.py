@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from ..sim.profile import ServerProfile
 
 
+DRIFT_WARNING = 0.03
+"""A trend of the rounds' times larger than this (either way) is reported as the server's drift."""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "calibrate",
@@ -66,10 +70,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         conditions = "exact"
     else:
         load_before = _load_average()
-        measured = _measure_live(args, points, base)
+        measured, trend = _measure_live(args, points, base)
         source = args.target
-        conditions = (f"{args.statistic} of {args.repeat} repeats, load average {load_before} before and "
-                      f"{_load_average()} after")
+        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend:+.1%}, load average "
+                      f"{load_before} before and {_load_average()} after")
     result = fit(points, measured, base)
     print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
     print(fit_report(result))
@@ -83,13 +87,15 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_live(args: argparse.Namespace, points: list[SweepPoint], base: ServerProfile) -> list[float]:
+def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
+                  base: ServerProfile) -> tuple[list[float], float]:
     """The sweep measured on --target (a server set up as `base` says), each point's repeats reduced by
-    --statistic; the rounds and every point's measurements shown on stderr."""
+    --statistic, and the trend of the rounds' times (`speed_trend`); the rounds, every point's
+    measurements and the rounds' relative times shown on stderr, with a warning when they drifted."""
     import asyncio
     import statistics
 
-    from ..live.calibration import measure_sweep
+    from ..live.calibration import measure_sweep, round_speeds, speed_trend
     from ..live.client import Target
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
@@ -101,7 +107,15 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint], base: Serv
     for point, value, s in zip(points, values, samples):
         spread = "  ".join(f"{v * 1e3:.1f}" for v in s)
         print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
-    return values
+    speeds = round_speeds(samples)
+    trend = speed_trend(speeds)
+    print("  rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds)
+          + f" (trend {trend:+.1%})", file=sys.stderr)
+    if abs(trend) > DRIFT_WARNING:
+        print(f"warning: the server's speed drifted {trend:+.1%} over the sweep (other work on its CPUs, a "
+              "shared host's neighbours): each point's median mixes speeds, and terms that few points tell "
+              "apart can move by more; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
+    return values, trend
 
 
 def _load_average() -> str:

@@ -32,10 +32,10 @@ async def measure_sweep(
     on_round: Optional[Callable[[int], None]] = None,
 ) -> list[list[float]]:
     """Each point's `repeat` measurements (seconds): its TTFT (prefill), mean end-to-end latency
-    (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one warm-up burst, and `on_round(n)` is told
-    when round n (from 1) is done. A cached point's prompts are made of `block_size` blocks (the
-    server's); the server's `scheduler` settings bound how far prompt lengths move (`fresh_length`).
-    InputError at the first call that fails."""
+    (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one
+    warm-up burst, and `on_round(n)` is told when round n (from 1) is done. A cached point's prompts are
+    made of `block_size` blocks (the server's); the server's `scheduler` settings bound how far prompt
+    lengths move (`fresh_length`). InputError at the first call that fails."""
     # Each round measures the points in a new seeded random order: a drift of the server's speed (other
     # work on a shared machine) spreads over all terms instead of biasing the terms measured last.
     rng = np.random.default_rng(seed)
@@ -56,6 +56,23 @@ async def measure_sweep(
             if on_round is not None:
                 on_round(attempt + 1)
     return samples
+
+
+def round_speeds(samples: Sequence[Sequence[float]]) -> list[float]:
+    """Each round's time relative to the points' medians (the median over points of a round's
+    measurement over its point's median): 1.0 everywhere when the server kept its speed, a trend when it
+    drifted over the sweep (other work on its CPUs, a shared host's neighbours)."""
+    ratios = np.array([np.asarray(s, dtype=float) / np.median(s) for s in samples if np.median(s) > 0])
+    return [float(r) for r in np.median(ratios, axis=0)] if len(ratios) else []
+
+
+def speed_trend(speeds: Sequence[float]) -> float:
+    """The change of the rounds' times from the first round to the last along their least-squares line
+    (−0.08: the server ran 8% faster by the end); 0 with fewer than 3 rounds, too few for a trend."""
+    if len(speeds) < 3:
+        return 0.0
+    slope, intercept = np.polyfit(np.arange(len(speeds)), speeds, 1)
+    return float(slope * (len(speeds) - 1) / intercept)
 
 
 FRESH_SPREAD = 16
