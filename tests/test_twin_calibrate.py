@@ -89,7 +89,7 @@ def test_fit_with_noisy_measurements_stays_close_and_reports_errors():
     measured = [measure_on_twin(p, truth) * (1 + rng.normal(0, 0.01)) for p in points]
     result = fit(points, measured, truth)
     # the per-token work rests on the few loaded points, whose calls each meet a step at one phase; where
-    # the search ends moves with the machine's floating-point rounding (26% off on one 2-vCPU VM, 25% on another)
+    # the search ends moves with the machine's floating-point rounding (26% off on one 2-vCPU VM, within 25% on another)
     for term, within in (("fixed", 0.1), ("per_token", 0.1), ("per_decode_seq", 0.1), ("frontend_per_output_token", 0.35)):
         assert result.coefficients[term] == pytest.approx(TRUE[term], rel=within), term
         assert result.stderr[term] > 0
@@ -268,7 +268,7 @@ def test_a_live_sweep_sends_each_length_once_while_it_has_lengths_left():
 def test_the_rounds_speeds_show_a_server_that_drifted_over_the_sweep():
     rng = np.random.default_rng(3)
     base = rng.uniform(0.005, 2.0, size=40)  # the points' own times, seconds
-    speeds = np.array([1.04, 1.02, 1.0, 0.98, 0.96])  # a server warming up: each round 2% faster
+    speeds = np.array([1.04, 1.02, 1.0, 0.98, 0.96])  # a server speeding up: each round 2% faster
     samples = [list(t * speeds * rng.normal(1.0, 0.002, size=5)) for t in base]
     found = round_speeds(samples)
     assert np.allclose(found, speeds / np.median(speeds), atol=0.005)

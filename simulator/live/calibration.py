@@ -62,8 +62,8 @@ def round_speeds(samples: Sequence[Sequence[float]]) -> list[float]:
     """Each round's time relative to the points' medians (the median over points of a round's
     measurement over its point's median): 1.0 everywhere when the server kept its speed, a trend when it
     drifted over the sweep (other work on its CPUs, a shared host's neighbours)."""
-    ratios = np.array([np.asarray(s, dtype=float) / np.median(s) for s in samples if np.median(s) > 0])
-    return [float(r) for r in np.median(ratios, axis=0)] if len(ratios) else []
+    ratios = np.array([np.asarray(s, dtype=float) / np.median(s) for s in samples])
+    return [float(r) for r in np.median(ratios, axis=0)]
 
 
 def speed_trend(speeds: Sequence[float]) -> float:
