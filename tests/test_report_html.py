@@ -187,6 +187,19 @@ def test_study_page_shows_study_json_and_its_flags(tmp_path):
     assert ids == {"fig-study-goodput", "fig-study-task-time", "fig-study-cost", "fig-study-twin"}
 
 
+def test_study_page_says_a_config_moved_the_log_probabilities_with_the_same_outputs(tmp_path):
+    study = json.loads((rf.STUDY_FIXTURE / "study.json").read_text())
+    flagged = next(c for c in study["configs"] if (c["quality"] or {}).get("status") == "flagged")
+    flagged["quality"].update(reason="logprobs", identical_share=1.0, mean_abs_logprob_delta=0.0025)
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "study.json").write_text(json.dumps(study))
+    page, _ = page_of("report", str(folder), "--html", str(tmp_path / "s.html"))
+    words = " ".join(page.text)
+    assert f"{flagged['name']} moves the model's log probabilities by 0.0025 on average" in words
+    assert "changes the model's outputs" not in words
+
+
 def test_hostile_study_strings_are_escaped(tmp_path):
     study = json.loads((rf.STUDY_FIXTURE / "study.json").read_text())
     study["name"] = rf.HOSTILE_CLASS

@@ -13,7 +13,7 @@ from simulator.study.capacity import combine, search
 from simulator.study.figures import TaskTokens
 from simulator.study.load import LoadPoint, apply, base_rate
 from simulator.study.ranking import Value, mean, p95, rank
-from simulator.study.schema import ApiPrices, CostSpec
+from simulator.study.schema import ApiPrices, CostSpec, QualitySpec
 from simulator.workload import Call, Task, Workload
 
 
@@ -129,19 +129,37 @@ def test_api_tokens_count_what_the_previous_turn_sent_as_cached():
     assert total.tasks == 2 and total.input == t.input + 8 and total.cached == t.cached
 
 
-def test_quality_compare_flags_changed_outputs():
+def test_quality_compare_flags_changed_outputs_and_moved_logprobs():
+    spec = QualitySpec()
     base = [quality.ProbeOutput(["a", "b", "c"], [-1.0, -2.0, -3.0], "tokens")] * 2
     same = [quality.ProbeOutput(["a", "b", "c"], [-1.0, -2.0, -3.0], "tokens")] * 2
     other = [quality.ProbeOutput(["a", "b", "c"], [-1.1, -2.0, -3.0], "tokens"),
              quality.ProbeOutput(["a", "x", "y"], [-1.5, -0.5, -0.1], "tokens")]
-    assert quality.compare(base, same, 1.0)["status"] == "same"
-    result = quality.compare(base, other, 1.0)
-    assert result["status"] == "flagged" and result["identical_share"] == 0.5
+    assert quality.compare(base, same, spec)["status"] == "same"
+    result = quality.compare(base, other, spec)
+    assert result["status"] == "flagged" and result["reason"] == "outputs" and result["identical_share"] == 0.5
     assert result["mean_common_prefix_tokens"] == 2.0
     # |d| over the common prefixes: 0.1, 0, 0 (first probe), 0.5 (second)
     assert result["mean_abs_logprob_delta"] == pytest.approx(0.15)
-    assert math.isclose(quality.compare(base, other, 0.5)["identical_share"], 0.5)
-    assert quality.compare(base, other, 0.5)["status"] == "same"
+    # half the outputs identical is enough at flag_below 0.5, but the log probabilities moved too far
+    half = QualitySpec(flag_below=0.5)
+    assert quality.compare(base, other, half)["reason"] == "logprobs"
+    assert quality.compare(base, other, QualitySpec(flag_below=0.5, logprob_tolerance=None))["status"] == "same"
+    assert quality.compare(base, other, QualitySpec(flag_below=0.5, logprob_tolerance=0.2))["status"] == "same"
+
+    # identical outputs whose log probabilities moved a little (as bfloat16 does) are flagged; a
+    # hair's breadth below the tolerance is not
+    nudged = [quality.ProbeOutput(["a", "b", "c"], [-1.003, -2.003, -3.003], "tokens")] * 2
+    result = quality.compare(base, nudged, spec)
+    assert (result["status"], result["reason"], result["identical_share"]) == ("flagged", "logprobs", 1.0)
+    assert result["mean_abs_logprob_delta"] == pytest.approx(0.003)
+    barely = [quality.ProbeOutput(["a", "b", "c"], [-1.0009, -2.0009, -3.0009], "tokens")] * 2
+    assert quality.compare(base, barely, spec)["status"] == "same"
+    # text without log probabilities: outputs only
+    text = [quality.ProbeOutput(list("abc"), None, "characters")] * 2
+    result = quality.compare(text, text, spec)
+    assert result["status"] == "same" and result["mean_abs_logprob_delta"] is None and result["note"]
+    assert quality.compare([], other, spec)["status"] == "failed"
 
 
 def test_gpu_figures_are_measured_where_nvml_is_there_and_said_absent_otherwise():

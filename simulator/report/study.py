@@ -16,8 +16,8 @@ page. What the report reads (version ``agentload_study: 1``; rates per second un
         throughput_tasks_per_hour, task_p50_s, task_p95_s, ttft_p95_ms    (at the ranking load)
         capacity {per_hour, ci_per_s [lo, hi], confidence, status, at_least_per_s},
         cost {self_hosted_per_task, api_per_task, utilisation, joules_per_task},
-        quality {status ("base" | "same" | "flagged" | "n/a" | "failed"), probes, identical_share,
-                 mean_common_prefix_tokens, mean_abs_logprob_delta, note},
+        quality {status ("base" | "same" | "flagged" | "n/a" | "failed"), reason ("outputs" | "logprobs"),
+                 probes, identical_share, mean_common_prefix_tokens, mean_abs_logprob_delta, note},
         gpu {available, note, memory_used_max_bytes, utilisation_mean_perc, joules_per_task},
         reference {label, output_tokens_per_s, requests_per_s},
         objective {value, ci [lo, hi], unit}, rank, twin {predicted_value, predicted_rank, profile}
@@ -98,6 +98,7 @@ class Cost(_Part):
 
 class Quality(_Part):
     status: Optional[str] = None
+    reason: Optional[str] = None
     probes: Optional[int] = None
     identical_share: Optional[float] = None
     mean_common_prefix_tokens: Optional[float] = None

@@ -157,10 +157,15 @@ def warnings(study: Study) -> list[str]:
         if c.error:
             out.append(f"{c.name}: {c.error}")
         if c.quality is not None and c.quality.flagged:
-            share = c.quality.identical_share
-            out.append(f"{c.name} changes the model's outputs"
-                       + (f": {100 * share:.1f}% identical to the base config's" if share is not None else "")
-                       + ". Its speed is not free.")
+            share, delta = c.quality.identical_share, c.quality.mean_abs_logprob_delta
+            if c.quality.reason == "logprobs" and delta is not None:
+                out.append(f"{c.name} moves the model's log probabilities by {delta:.3g} on average, though its "
+                           "probes' outputs were identical to the base config's: its numerics changed. "
+                           "Its speed is not free.")
+            else:
+                out.append(f"{c.name} changes the model's outputs"
+                           + (f": {100 * share:.1f}% identical to the base config's" if share is not None else "")
+                           + ". Its speed is not free.")
     twin = study.twin_prediction
     if twin is not None and twin.same_order is False:
         out.append(f"The twin ranked the configs {', '.join(twin.predicted_order)}; the live runs ranked them "

@@ -6,8 +6,12 @@ same token-id prompt (or chat text) a run would send, greedy (temperature 0), a 
 tokens (end-of-sequence ignored), with each output token's log probability when the server gives them.
 Each config's outputs are compared with the base config's, probe by probe: the share of identical
 outputs, the mean length of the common prefix (tokens; characters when the server gave no tokens),
-and the mean |difference| of log probabilities over that common prefix. A variant with fewer identical
-outputs than `flag_below` is flagged: it changed what the model says.
+and the mean |difference| of log probabilities over that common prefix. A variant is flagged when fewer
+of its outputs than `flag_below` are identical (it changed what the model says), or when its log
+probabilities moved by more than `logprob_tolerance` on average (it changed the numerics: a dtype, a
+quantization, a kernel; a few short probes may not show that in the text, a longer answer would). The
+same numerics give the same log probabilities bit for bit, probe by probe, so a config that only
+changes scheduling (probes go one at a time) moves them by 0.
 """
 
 from __future__ import annotations
@@ -112,12 +116,18 @@ def _output(choice: dict[str, Any], api: str) -> ProbeOutput:
     return ProbeOutput(list(choice.get("text") or ""), None, "characters")
 
 
-def compare(base: list[ProbeOutput], other: list[ProbeOutput], flag_below: float) -> dict[str, Any]:
-    """The config's outputs against the base's (study.json's ``quality`` of a variant)."""
+def unmeasured(status: str, note: Optional[str], probes: int = 0) -> dict[str, Any]:
+    """study.json's ``quality`` of a config whose outputs were not compared (n/a, failed)."""
+    return {"status": status, "reason": None, "probes": probes, "identical_share": None,
+            "mean_common_prefix_tokens": None, "mean_abs_logprob_delta": None, "note": note}
+
+
+def compare(base: list[ProbeOutput], other: list[ProbeOutput], spec: QualitySpec) -> dict[str, Any]:
+    """The config's outputs against the base's (study.json's ``quality`` of a variant); ``reason`` says
+    what flagged it: 'outputs' or 'logprobs'."""
     n = min(len(base), len(other))
     if n == 0:
-        return {"status": "failed", "probes": 0, "identical_share": None, "mean_common_prefix_tokens": None,
-                "mean_abs_logprob_delta": None, "note": "no probe answered"}
+        return unmeasured("failed", "no probe answered")
     identical, prefixes, deltas = 0, [], []
     for a, b in zip(base[:n], other[:n]):
         common = 0
@@ -131,11 +141,16 @@ def compare(base: list[ProbeOutput], other: list[ProbeOutput], flag_below: float
             deltas += [abs(x - y) for x, y in zip(a.logprobs[:common], b.logprobs[:common])
                        if x is not None and y is not None]
     share = identical / n
+    delta = statistics.fmean(deltas) if deltas else None
+    reason = None
+    if share < spec.flag_below:
+        reason = "outputs"
+    elif delta is not None and spec.logprob_tolerance is not None and delta > spec.logprob_tolerance:
+        reason = "logprobs"
     unit = base[0].unit
     return {
-        "status": "flagged" if share < flag_below else "same", "probes": n, "identical_share": share,
-        "mean_common_prefix_tokens": statistics.fmean(prefixes),
-        "mean_abs_logprob_delta": statistics.fmean(deltas) if deltas else None,
+        "status": "flagged" if reason else "same", "reason": reason, "probes": n, "identical_share": share,
+        "mean_common_prefix_tokens": statistics.fmean(prefixes), "mean_abs_logprob_delta": delta,
         "note": None if unit == "tokens" else "the server gave no tokens: common prefix in characters",
     }
 

@@ -271,8 +271,7 @@ class StudyRunner:
         spec = self.spec.quality
         assert spec is not None
         if config.kind == "emulator":
-            return {"status": "n/a", "probes": 0, "identical_share": None, "mean_common_prefix_tokens": None,
-                    "mean_abs_logprob_delta": None, "note": "the built-in emulator generates no model output"}
+            return quality.unmeasured("n/a", "the built-in emulator generates no model output")
         path = self.folder / "quality" / f"{config.name}.json"
         outputs = quality.read(path)
         if outputs is None:
@@ -283,19 +282,17 @@ class StudyRunner:
                 requests = quality.probe_requests(self.workloads.get(0)[1], spec.probes)
                 outputs = asyncio.run(quality.run_probes(target, requests, spec, self.workloads.seed(0)))
             except (PointError, quality.ProbeError) as exc:
-                return {"status": "failed", "probes": 0, "identical_share": None, "mean_common_prefix_tokens": None,
-                        "mean_abs_logprob_delta": None, "note": f"config {config.name}, quality probes: {exc}"}
+                return quality.unmeasured("failed", f"config {config.name}, quality probes: {exc}")
             quality.save(path, outputs)
         if config.is_base:
-            return {"status": "base", "probes": len(outputs), "identical_share": 1.0,
+            return {"status": "base", "reason": None, "probes": len(outputs), "identical_share": 1.0,
                     "mean_common_prefix_tokens": float(self.spec.quality.max_tokens), "mean_abs_logprob_delta": 0.0,
                     "note": None}
         base = next(c for c in self.configs if c.is_base)
         base_outputs = quality.read(self.folder / "quality" / f"{base.name}.json")
         if base_outputs is None:
-            return {"status": "n/a", "probes": len(outputs), "identical_share": None, "mean_common_prefix_tokens": None,
-                    "mean_abs_logprob_delta": None, "note": "the base config's probes did not run"}
-        return quality.compare(base_outputs, outputs, spec.flag_below)
+            return quality.unmeasured("n/a", "the base config's probes did not run", len(outputs))
+        return quality.compare(base_outputs, outputs, spec)
 
     def calibrate(self, backend: LiveBackend) -> None:
         """Calibrate the twin profile on the base's server (once; kept in calibration/)."""

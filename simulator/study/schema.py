@@ -218,6 +218,11 @@ class QualitySpec(_Strict):
     """Ask for each output token's log probability (when the server gives them)."""
     flag_below: float = Field(1.0, gt=0, le=1)
     """A variant whose share of outputs identical to the base's is below this is flagged."""
+    logprob_tolerance: Optional[float] = Field(1e-3, gt=0)
+    """A variant whose log probabilities differ from the base's by more than this on average (nats, over
+    the common prefixes) is flagged though its outputs be identical: its numerics changed. The same
+    numerics move them by 0; bfloat16 against float32 moved them by 2.5e-3 on the tiny CPU model whose
+    16-token outputs it left identical. None: outputs only."""
 
 
 class ReferenceSpec(_Strict):

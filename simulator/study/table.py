@@ -42,8 +42,11 @@ def _quality(entry: dict[str, Any]) -> str:
     q = entry.get("quality")
     if not q:
         return "-"
-    if q["status"] in ("same", "flagged"):
-        return f"{q['status'].upper() if q['status'] == 'flagged' else 'same'} {q['identical_share']:.0%}"
+    if q["status"] == "same":
+        return f"same {q['identical_share']:.0%}"
+    if q["status"] == "flagged":
+        moved = f" dlogprob {q['mean_abs_logprob_delta']:.2g}" if q.get("reason") == "logprobs" else ""
+        return f"FLAGGED {q['identical_share']:.0%}{moved}"
     return q["status"]
 
 
