@@ -164,3 +164,24 @@ def test_the_synthetic_workload_in_a_plain_scenario(tmp_path):
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert summary["completed"] == 10 and summary["total_output_tokens"] == 640
     assert summary.get("total_cached_tokens", 0) == 0  # every prompt unique
+
+
+async def test_the_studys_calibration_records_the_rounds_trend(tmp_path, monkeypatch):
+    import asyncio
+
+    from simulator.emulator.server import run_emulator
+    from simulator.live.client import Target
+    from simulator.sim.calibrate import design_sweep
+    from simulator.study import calibration
+
+    base = load_profile("tiny-vllm-cpu")
+    # the sweep's bursts of up to two (as `calibrate --max-concurrency 2`): an eighth of the time
+    monkeypatch.setattr(calibration, "design_sweep", lambda profile: design_sweep(profile, max_concurrency=2))
+    async with run_emulator(prefill_per_token=2e-5, decode_base=0.004, decode_per_seq=0.0005) as url:
+        profile = await asyncio.to_thread(calibration.calibrate, Target(base_url=url), base, tmp_path,
+                                          repeat=3, max_prompt=64)
+    drift = profile.calibration.drift
+    assert drift is not None and abs(drift) < 0.5  # three rounds: a trend, of an emulator's steady times
+    assert f"rounds' trend {drift:+.1%}" in profile.source
+    assert f"{drift:+.1%}" in (tmp_path / "report.txt").read_text().splitlines()[-1]
+    assert calibration.saved(tmp_path).calibration.drift == pytest.approx(drift)

@@ -276,7 +276,7 @@ def test_the_rounds_speeds_show_a_server_that_drifted_over_the_sweep():
     steady = [list(t * rng.normal(1.0, 0.002, size=5)) for t in base]
     assert abs(speed_trend(round_speeds(steady))) < 0.005
     # one or two rounds: no trend to tell
-    assert speed_trend(round_speeds([s[:2] for s in samples])) == 0.0
+    assert speed_trend(round_speeds([s[:2] for s in samples])) is None
 
 
 def test_a_long_decode_after_a_pause_pays_the_wake_up_and_the_slower_steps_of_its_warm_up():

@@ -64,6 +64,24 @@ def test_calibrate_records_its_fit_error_in_the_profile(tmp_path):
     record = load_profile(path).calibration
     assert record is not None and record.points > 10 and record.worst_relative_error >= record.rms_relative_error
     assert set(record.terms) >= {"fixed", "per_token", "per_decode_seq"}
+    assert record.drift is None  # the twin does not drift
+
+
+def test_simulate_states_the_servers_drift_over_the_calibration_sweep(tmp_path, capsys):
+    said = {}
+    for drift in (0.051, -0.012):
+        profile = tmp_path / f"drift{drift}.yaml"
+        profile.write_text("base: tiny-vllm-cpu\ncalibration: {rms_relative_error: 0.06, points: 41, "
+                           f"worst_relative_error: 0.15, drift: {drift}}}\n")
+        out = tmp_path / f"out{drift}"
+        assert main(["simulate", str(REPO / "scenarios" / "quickstart.yaml"), "-p", str(profile), "-o", str(out),
+                     "--set", "run.max_tasks=1"]) == 0
+        sim = json.loads((out / "summary.json").read_text())["simulation"]
+        assert sim["calibration_drift"] == drift
+        said[drift] = sim["uncertainty"]
+    assert "6.0% rms" in said[0.051] and "drifted +5.1% over it (past 3%" in said[0.051]
+    assert "steady over it (-1.2%)" in said[-0.012] and "drifted" not in said[-0.012]
+    capsys.readouterr()
 
 
 def test_simulate_with_a_bad_profile_is_an_input_error(tmp_path, capsys):
@@ -98,9 +116,10 @@ async def test_calibrate_drives_a_live_server_through_the_sweep(tmp_path):
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert "decode B=2 P=64 O=32" in out.decode()
-    assert "rounds' times over the points' medians: 1.000 (trend +0.0%)" in err.decode()
+    assert "rounds' times over the points' medians: 1.000 (trend n/a)" in err.decode()
     profile = load_profile(path)
-    assert profile.calibrated and profile.source.endswith(url) and "rounds' trend +0.0%" in profile.source
+    assert profile.calibrated and profile.source.endswith(url) and "rounds' trend n/a" in profile.source
+    assert profile.calibration.drift is None  # one round: no trend measured
 
 
 async def test_calibrate_warms_a_cached_points_prompt_into_the_prefix_cache():

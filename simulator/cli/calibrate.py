@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from ..sim.calibrate import SweepPoint
     from ..sim.profile import ServerProfile
-
-
-DRIFT_WARNING = 0.03
-"""A trend of the rounds' times larger than this (either way) is reported as the server's drift."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +60,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         points = [p for p in points if p.input_tokens <= args.max_prompt]
     if not points:
         raise InputError("the sweep is empty with these limits", field="--max-prompt")
+    trend = None
     if args.twin:
         measured = [measure_on_twin(p, base) for p in points]
         source = f"twin of {base.name}"
@@ -72,15 +69,16 @@ def calibrate_command(args: argparse.Namespace) -> int:
         load_before = _load_average()
         measured, trend = _measure_live(args, points, base)
         source = args.target
-        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend:+.1%}, load average "
+        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {_trend(trend)}, load average "
                       f"{load_before} before and {_load_average()} after")
     result = fit(points, measured, base)
+    record = result.profile.calibration.model_copy(update={"drift": trend})
     print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
     print(fit_report(result))
     if args.output:
         name = args.name or f"{base.name}-calibrated"
         _write_profile(args.output, result.profile.model_copy(update={
-            "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
+            "name": name, "source": f"agentload calibrate ({conditions}) against {source}", "calibration": record,
             "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()}),
             result.rms_relative_error)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -95,7 +93,7 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
     import asyncio
     import statistics
 
-    from ..live.calibration import measure_sweep, round_speeds, speed_trend
+    from ..live.calibration import drift_warning, measure_sweep, round_speeds, speed_trend
     from ..live.client import Target
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
@@ -110,12 +108,15 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
     speeds = round_speeds(samples)
     trend = speed_trend(speeds)
     print("  rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds)
-          + f" (trend {trend:+.1%})", file=sys.stderr)
-    if abs(trend) > DRIFT_WARNING:
-        print(f"warning: the server's speed drifted {trend:+.1%} over the sweep (other work on its CPUs, a "
-              "shared host's neighbours): each point's median mixes speeds, and terms that few points tell "
-              "apart can move by more; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
+          + f" (trend {_trend(trend)})", file=sys.stderr)
+    warning = drift_warning(trend)
+    if warning:
+        print(f"warning: {warning}; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
     return values, trend
+
+
+def _trend(trend: Optional[float]) -> str:
+    return "n/a" if trend is None else f"{trend:+.1%}"
 
 
 def _load_average() -> str:

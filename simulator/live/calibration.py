@@ -14,7 +14,7 @@ import numpy as np
 from ..behaviour import CallRequest
 from ..errors import InputError
 from ..metrics.records import CallRecord
-from ..sim.calibrate import SweepPoint, cached_prompts, loaded_stream, probe_offsets
+from ..sim.calibrate import DRIFT_WARNING, SweepPoint, cached_prompts, loaded_stream, probe_offsets
 from ..sim.profile import SchedulerSettings
 from ..workload import Call
 from .client import Client, Target
@@ -66,11 +66,20 @@ def round_speeds(samples: Sequence[Sequence[float]]) -> list[float]:
     return [float(r) for r in np.median(ratios, axis=0)]
 
 
-def speed_trend(speeds: Sequence[float]) -> float:
+def drift_warning(trend: Optional[float]) -> Optional[str]:
+    """What a trend past DRIFT_WARNING means (None within it, or without a trend)."""
+    if trend is None or abs(trend) <= DRIFT_WARNING:
+        return None
+    return (f"the server's speed drifted {trend:+.1%} over the sweep (other work on its CPUs, a shared "
+            "host's neighbours): each point's median mixes speeds, and terms that few points tell apart "
+            "can move by more")
+
+
+def speed_trend(speeds: Sequence[float]) -> Optional[float]:
     """The change of the rounds' times from the first round to the last along their least-squares line
-    (−0.08: the server ran 8% faster by the end); 0 with fewer than 3 rounds, too few for a trend."""
+    (−0.08: the server ran 8% faster by the end); None with fewer than 3 rounds, too few for a trend."""
     if len(speeds) < 3:
-        return 0.0
+        return None
     slope, intercept = np.polyfit(np.arange(len(speeds)), speeds, 1)
     return float(slope * (len(speeds) - 1) / intercept)
 

@@ -196,6 +196,9 @@ class SimulationStats(Figures):
     """The profile's calibration fit error (rms of predicted / measured - 1 over its sweep; None: the
     profile was not calibrated, or recorded no error)."""
     calibration_points: int = 0
+    calibration_drift: Optional[float] = None
+    """The trend of the calibration sweep's rounds' times (+0.05: the server ran 5% slower by its end;
+    None: not measured)."""
     uncalibrated: list[str] = []
     """What the prediction leans on without a measurement of the server behind it (empty: nothing)."""
     uncertainty: str = ""

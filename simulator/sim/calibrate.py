@@ -134,6 +134,9 @@ STREAM_TOKENS = 8192
 takes about as long, and its streams outlast its calls on the CPU test server with a margin."""
 STREAM_OUTPUT = (96, 384)
 """Fewest and most output tokens of one stream."""
+DRIFT_WARNING = 0.03
+"""A trend of a live sweep's rounds' times larger than this (either way) is reported as the server's
+drift (`CalibrationRecord.drift`): each point's median then mixes speeds."""
 
 
 @dataclass(frozen=True, slots=True)

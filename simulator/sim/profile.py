@@ -284,6 +284,10 @@ class CalibrationRecord(_Section):
     """The largest |predicted / measured - 1| of a point."""
     terms: dict[str, float] = {}
     """Each fitted term's relative standard error (0: fitted at its bound of 0)."""
+    drift: Optional[float] = None
+    """The trend of the sweep's rounds' times from the first round to the last (+0.05: the server ran 5%
+    slower by the end): the host's speed moving under the measurement. None: fewer than 3 rounds, or
+    measured on the twin."""
     note: str = ""
     """Anything else known about its accuracy (held-out checks, the host's drift)."""
 

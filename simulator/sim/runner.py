@@ -104,6 +104,7 @@ def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimRes
         busy_fraction=stats.busy_time / outcome.end if outcome.end > 0 else 0.0,
         calibration_rms_error=known.rms_error,
         calibration_points=known.points,
+        calibration_drift=known.drift,
         uncalibrated=list(known.uncalibrated),
         uncertainty=known.statement(),
     )

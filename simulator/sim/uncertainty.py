@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .calibrate import DRIFT_WARNING
 from .profile import STEP_SETTINGS, ServerProfile
 
 SPEC_TERMS = frozenset({"per_spec_token", "per_draft_pass"})
@@ -25,6 +26,8 @@ class Uncertainty:
     """The calibration fit's rms relative error (None: no calibration, or none recorded)."""
     worst_error: Optional[float]
     points: int
+    drift: Optional[float]
+    """The calibration sweep's rounds' trend (CalibrationRecord.drift; None: not measured)."""
     uncalibrated: tuple[str, ...]
     """What the predictions lean on without a measurement behind it (profile fields, with why)."""
 
@@ -33,6 +36,10 @@ class Uncertainty:
         if self.calibrated and self.rms_error is not None:
             text = (f"calibrated: step times fit the sweep within {self.rms_error:.1%} rms "
                     f"({self.points} points, worst {self.worst_error or 0:.1%})")
+            if self.drift is not None:
+                text += (f", the server's speed drifted {self.drift:+.1%} over it (past {DRIFT_WARNING:.0%}: the "
+                         "fit mixes speeds)" if abs(self.drift) > DRIFT_WARNING
+                         else f", the server steady over it ({self.drift:+.1%})")
         elif self.calibrated:
             text = "calibrated, fit error not recorded"
         else:
@@ -65,5 +72,6 @@ def uncertainty(profile: ServerProfile) -> Uncertainty:
         rms_error=None if record is None else record.rms_relative_error,
         worst_error=None if record is None else record.worst_relative_error,
         points=0 if record is None else record.points,
+        drift=None if record is None else record.drift,
         uncalibrated=tuple(unmeasured),
     )

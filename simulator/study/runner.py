@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Union
 
 from .. import scenario as scenario_mod
 from ..errors import InputError
+from ..live.calibration import drift_warning
 from ..metrics import results
 from ..metrics.slo import Slo
 from ..sim.profile import ServerProfile, load_profile
@@ -314,6 +315,10 @@ class StudyRunner:
         self.calibrated = calibration.calibrate(target, base, folder, repeat=twin.calibrate_repeat,
                                                 max_prompt=twin.calibrate_max_prompt)
         self.say(f"twin calibrated on {target.base_url} in {time.perf_counter() - began:.1f} s: {folder}")
+        drift = self.calibrated.calibration.drift if self.calibrated.calibration else None
+        warning = drift_warning(drift)
+        if warning:
+            self.say(f"warning: {warning}; raise twin.calibrate_repeat, or calibrate on a quieter machine")
 
     def twin_profile_source(self) -> Optional[str]:
         """The profile live configs are on the twin: the calibrated one, else twin.profile."""
