@@ -172,6 +172,8 @@ def test_a_tiny_kv_cache_preempts_and_every_request_still_completes(tmp_path):
     assert all(r[2] == 100 for r in done)
     assert stats["twin"]["preemptions"] > 0
     assert metrics["num_preemptions"] == stats["twin"]["preemptions"]
+    # as vLLM counts them: each prompt queried once, at its first admission, none again after preemption
+    assert metrics["prefix_cache_queries"] == 6 * 60
 
 
 def test_block_hash_ids_follow_equal_token_prefixes():

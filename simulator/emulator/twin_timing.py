@@ -211,7 +211,7 @@ class TwinTiming(LoopTiming):
             "num_requests_running": float(len(twin.running) + twin.group.size),
             "num_requests_waiting": float(len(twin.waiting) + len(self._pending)),
             "kv_cache_usage_perc": kv.used / kv.num_blocks if kv.num_blocks else 0.0,
-            "prefix_cache_queries_total": float(self.prompt_tokens),
+            "prefix_cache_queries_total": float(twin.stats.queried_tokens),
             "prefix_cache_hits_total": float(twin.stats.cached_tokens),
             "prompt_tokens_cached_total": float(twin.stats.cached_tokens),
             "num_preemptions_total": float(twin.stats.preemptions),

@@ -164,6 +164,7 @@ class HybridTwin(Twin):
             if req.cached_tokens is None:
                 req.cached_tokens = computed
                 self.stats.cached_tokens += computed
+                self.stats.queried_tokens += tokens
             req.computed = computed
             req.decoding = False
             self._admitted += 1

@@ -113,6 +113,9 @@ class TwinStats:
     """Prompt tokens computed (including recomputation after preemption)."""
     cached_tokens: int = 0
     """Prompt tokens served from the prefix cache at first admission."""
+    queried_tokens: int = 0
+    """Prompt tokens looked up in the prefix cache at first admission (vLLM's prefix-cache queries, which
+    count neither requests still waiting nor lookups after a preemption)."""
     output_tokens: int = 0
     preemptions: int = 0
     finished: int = 0
@@ -529,6 +532,7 @@ class Twin:
             if req.cached_tokens is None:
                 req.cached_tokens = computed
                 self.stats.cached_tokens += computed
+                self.stats.queried_tokens += tokens
             req.computed = computed
             req.prefill_len = tokens
             req.decoding = False
