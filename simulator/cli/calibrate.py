@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..sim.calibrate import SweepPoint
@@ -66,19 +66,21 @@ def calibrate_command(args: argparse.Namespace) -> int:
         source = f"twin of {base.name}"
         conditions = "exact"
     else:
+        from ..live.calibration import trend_text
+
         load_before = _load_average()
         measured, trend = _measure_live(args, points, base)
         source = args.target
-        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {_trend(trend)}, load average "
+        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend_text(trend)}, load average "
                       f"{load_before} before and {_load_average()} after")
     result = fit(points, measured, base)
-    record = result.profile.calibration.model_copy(update={"drift": trend})
     print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
     print(fit_report(result))
     if args.output:
         name = args.name or f"{base.name}-calibrated"
         _write_profile(args.output, result.profile.model_copy(update={
-            "name": name, "source": f"agentload calibrate ({conditions}) against {source}", "calibration": record,
+            "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
+            "calibration": result.profile.calibration.model_copy(update={"drift": trend}),
             "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()}),
             result.rms_relative_error)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -93,7 +95,7 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
     import asyncio
     import statistics
 
-    from ..live.calibration import drift_warning, measure_sweep, round_speeds, speed_trend
+    from ..live.calibration import drift_warning, measure_sweep, rounds_text, round_speeds, speed_trend
     from ..live.client import Target
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
@@ -107,16 +109,11 @@ def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
         print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
     speeds = round_speeds(samples)
     trend = speed_trend(speeds)
-    print("  rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds)
-          + f" (trend {_trend(trend)})", file=sys.stderr)
+    print(f"  {rounds_text(speeds, trend)}", file=sys.stderr)
     warning = drift_warning(trend)
     if warning:
         print(f"warning: {warning}; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
     return values, trend
-
-
-def _trend(trend: Optional[float]) -> str:
-    return "n/a" if trend is None else f"{trend:+.1%}"
 
 
 def _load_average() -> str:

@@ -66,6 +66,17 @@ def round_speeds(samples: Sequence[Sequence[float]]) -> list[float]:
     return [float(r) for r in np.median(ratios, axis=0)]
 
 
+def rounds_text(speeds: Sequence[float], trend: Optional[float]) -> str:
+    """The rounds' relative times and their trend in one line, as `calibrate` prints them."""
+    return ("rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds)
+            + f" (trend {trend_text(trend)})")
+
+
+def trend_text(trend: Optional[float]) -> str:
+    """A `speed_trend` as text ('n/a' without one)."""
+    return "n/a" if trend is None else f"{trend:+.1%}"
+
+
 def drift_warning(trend: Optional[float]) -> Optional[str]:
     """What a trend past DRIFT_WARNING means (None within it, or without a trend)."""
     if trend is None or abs(trend) <= DRIFT_WARNING:

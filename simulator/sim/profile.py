@@ -289,7 +289,7 @@ class CalibrationRecord(_Section):
     slower by the end): the host's speed moving under the measurement. None: fewer than 3 rounds, or
     measured on the twin."""
     note: str = ""
-    """Anything else known about its accuracy (held-out checks, the host's drift)."""
+    """Anything else known about its accuracy (held-out checks)."""
 
 
 class ServerProfile(_Section):

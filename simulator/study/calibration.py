@@ -12,7 +12,7 @@ from typing import Optional
 import yaml
 
 from ..errors import InputError
-from ..live.calibration import measure_sweep, round_speeds, speed_trend
+from ..live.calibration import measure_sweep, round_speeds, rounds_text, speed_trend
 from ..live.client import Target
 from ..sim.calibrate import design_sweep, fit, fit_report
 from ..sim.profile import ServerProfile, load_profile
@@ -45,8 +45,7 @@ def calibrate(target: Target, base: ServerProfile, folder: Path, *, repeat: int,
         "calibration": result.profile.calibration.model_copy(update={"drift": trend}),
         "source": f"agentload study: calibrated on {target.base_url} (median of {repeat} repeats{drift})"})
     folder.mkdir(parents=True, exist_ok=True)
-    rounds = "rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds) + drift
-    (folder / "report.txt").write_text(fit_report(result) + "\n" + rounds + "\n")
+    (folder / "report.txt").write_text(fit_report(result) + "\n" + rounds_text(speeds, trend) + "\n")
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False)
     (folder / PROFILE_FILE).write_text(f"# fitted by agentload study (rms relative error {result.rms_relative_error:.2%})\n"
                                        + text)
