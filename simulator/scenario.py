@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import reprlib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Sequence, Union
@@ -21,6 +20,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError, WithJsonSchema,
                       field_validator, model_validator)
 
+from . import validation
 from .errors import InputError
 from .metrics.slo import PERCENTILE_KEYS, Slo
 from .transforms import TransformSpec
@@ -39,6 +39,9 @@ class GenerateOptions(_Strict):
     duration: Optional[float] = Field(None, gt=0, description="Seconds of arrivals to generate.")
     seed: Optional[int] = Field(None, description="Seed of the generator (default: run.seed).")
     rate: Optional[float] = Field(None, gt=0, description="Tasks per second, replacing the model's fitted rate.")
+    burstiness: Optional[float] = Field(
+        None, gt=0, le=1e6, description="Gamma shape of the gaps between arrivals, replacing the fitted arrival "
+        "process by a gamma renewal process at the fitted rate or `rate` (1: Poisson; lower: burstier).")
 
     @model_validator(mode="after")
     def _one_amount(self) -> "GenerateOptions":
@@ -80,6 +83,20 @@ class WorkloadSpec(_Strict):
         description="Re-space top-level arrivals this many seconds apart, in arrival order, after the transforms "
         "(for traces whose sessions carry no arrival times).",
     )
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        try:
+            from .traces import formats  # noqa: PLC0415 - the importers load only for a scenario that names one
+        except ImportError:  # a broken importer is reported when the trace loads, not here
+            return value
+        known = formats()
+        if value not in known:
+            raise validation.bad_choice(value, known, "trace format")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "WorkloadSpec":
@@ -217,9 +234,9 @@ class Scenario(_Strict):
     def _check_emulator(cls, value: dict[str, Any]) -> dict[str, Any]:
         known = _emulator_settings()
         if known is not None:
-            unknown = sorted(set(value) - known)
+            unknown = set(value) - known
             if unknown:
-                raise ValueError(f"unknown emulator setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+                raise validation.unknown_keys(unknown, known, "emulator setting")
         if "profile" in value and not isinstance(value["profile"], str):
             raise ValueError("emulator.profile must be a preset name or a YAML path")
         if known is not None:
@@ -300,7 +317,7 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise describe_error(exc, node, source, set_keys) from None
+        raise describe_error(exc, node, source, set_keys, model=Scenario) from None
     except RecursionError:
         raise InputError("a value is nested too deeply to be a scenario setting", file=source) from None
     scenario._source = source
@@ -346,9 +363,11 @@ def _resolve_emulator_profile(scenario: Scenario, root: Any, source: str) -> Non
             name = scenario.emulator["profile"] = str(path)
         load_profile(name)
     except (InputError, OSError) as exc:  # OSError: e.g. a name too long for the file system
-        message = exc.message if isinstance(exc, InputError) else exc.strerror or str(exc)
-        raise InputError(f"emulator profile: {message}", file=source, line=_line_of(root, ["emulator", "profile"]),
-                         path="emulator.profile", field="profile") from None
+        found = exc.problems if isinstance(exc, InputError) else (InputError(exc.strerror or str(exc)),)
+        line = _line_of(root, ["emulator", "profile"])
+        raise InputError.several([
+            InputError(f"emulator profile: {f'at {p.path}: ' if p.path else ''}{p.message}", file=source, line=line,
+                       path="emulator.profile", field="profile") for p in found]) from None
 
 
 def _apply_override(data: dict, item: str, source: str) -> str:
@@ -425,38 +444,64 @@ def _key_parts(key: str) -> list[str]:
     return out
 
 
-def _shown(value: Any) -> str:
-    """A bad value for an error message, cut short (a YAML alias can make a huge structure)."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        text = json.dumps(value, default=str)
-    else:
-        text = reprlib.repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def describe_error(exc: ValidationError, root: Any, source: str, set_keys: set[str], *,
+                   model: Optional[type[BaseModel]] = None) -> InputError:
+    """Every validation problem of a YAML file as one InputError (see `InputError.several`), each with its
+    YAML path, its line (from the node marks of `root`) or "(from --set)", and for a misspelt key or
+    choice the closest allowed one. `model` is the model validated (its fields give the allowed keys)."""
+    found = [_located(problem, root, source, set_keys) for problem in validation.problems(exc, model)]
+    if not found:  # pydantic reports at least one error; keep an error whatever it holds
+        return InputError(str(exc).splitlines()[0], file=source)
+    found.sort(key=lambda e: (e.line is None, e.line or 0))  # file order, then the --set ones
+    return InputError.several(found)
 
 
-def describe_error(exc: ValidationError, root: Any, source: str, set_keys: set[str]) -> InputError:
-    """The first validation problem as an InputError with YAML path and line."""
-    errors = exc.errors()
-    # a value that matches no branch of a union gets one error per branch: the deepest is the useful one
-    first = max(errors, key=lambda e: (len(e["loc"]), -errors.index(e)))
-    loc = [p for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
-    # pydantic reports union members as loc parts like 'str' / 'list[str]'; drop those type tags
-    loc = [p for p in loc if p not in ("str", "list[str]")]
-    dotted = ".".join(str(p) for p in loc)
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif first["type"] == "missing":
-        message = "required key missing"
-    elif "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
-        message += f" (got {_shown(first['input'])})"
-    line = None
-    if dotted not in set_keys:
-        line = _line_of(root, loc)
+def _located(problem: validation.Problem, root: Any, source: str, set_keys: set[str]) -> InputError:
+    """One problem placed in the file, or named as coming from --set."""
+    loc = list(problem.loc)
+    dotted = problem.dotted
+    set_key = _set_key_of(dotted, loc, root, set_keys)
+    if set_key is None:
+        message, line = problem.text(), _line_of(root, loc)
     else:
-        message += " (from --set)"
-    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), None)
-    return InputError(message, file=source, line=line, path=dotted or "$", field=field)
+        spelled = None
+        if problem.is_key and problem.suggestion is not None:
+            # name the whole --set key as it should read: `run.max_taks` -> `run.max_tasks`
+            fixed = ".".join([*(str(p) for p in loc[:-1]), problem.suggestion])
+            below = set_key == dotted or set_key.startswith(dotted + ".")
+            spelled = fixed + set_key[len(dotted):] if below else fixed
+        message, line = f"{problem.text(spelled)} (from --set)", None
+    return InputError(message, file=source, line=line, path=dotted or "$", field=problem.field)
+
+
+def _set_key_of(dotted: str, loc: list, root: Any, set_keys: set[str]) -> Optional[str]:
+    """The --set key a problem at `dotted` comes from: one that set this value or a value around it, or
+    one under a section only --set made (the file has none); None when the value is the file's."""
+    keys = sorted(set_keys)
+    for key in keys:
+        if dotted == key or dotted.startswith(key + "."):
+            return key
+    held = _depth_in_file(root, loc) if keys else len(loc)
+    if held < len(loc):
+        made = ".".join(str(p) for p in loc[:held + 1])  # the first part of the path the file lacks
+        for key in keys:
+            if key == made or key.startswith(made + "."):
+                return key
+    return None
+
+
+def _depth_in_file(node: Any, loc: list) -> int:
+    """How many leading parts of `loc` the YAML holds nodes for."""
+    for depth, part in enumerate(loc):
+        if isinstance(node, yaml.MappingNode):
+            node = next((value for key, value in node.value if key.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+        if node is None:
+            return depth
+    return len(loc)
 
 
 def _line_of(node: Any, loc: list) -> Optional[int]:
@@ -491,7 +536,8 @@ def load_workload(scenario: Scenario) -> Workload:
         from .traces import load as load_traces
 
         paths = [_resolve(base, p) for p in spec.trace_paths()]
-        workload = load_traces(paths, spec.format, spec.on_error, spec.assume_append_only)
+        workload = load_traces(paths, spec.format, spec.on_error, spec.assume_append_only,
+                               format_option=_format_option(where))
     elif spec.synthetic is not None:
         workload = synthetic_workload(spec.synthetic)
     else:
@@ -513,6 +559,14 @@ def load_workload(scenario: Scenario) -> Workload:
     if not workload.tasks:
         raise InputError("the workload has no tasks", file=where, path="workload")
     return workload
+
+
+def _format_option(source: Optional[str]) -> str:
+    """How the user of a scenario from `source` forces a trace format: its file's `workload.format`, or
+    for a scenario made without a file (from command-line flags) the --format flag."""
+    if source and Path(source).is_file():
+        return f"workload.format in {source}"
+    return "--format"
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -537,7 +591,7 @@ def _generate(scenario: Scenario, model_path: Path) -> Workload:
         raise InputError("say how much to generate: workload.generate.tasks or .duration (or run.duration)",
                          file=scenario.source, path="workload.generate")
     return generate(load_model(model_path), tasks=tasks, duration=duration, seed=seed, rate=options.rate,
-                    source=str(model_path))
+                    burstiness=options.burstiness, source=str(model_path))
 
 
 def synthetic_workload(spec: SyntheticSpec) -> Workload:

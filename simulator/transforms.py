@@ -17,9 +17,16 @@ Each transform returns a new workload and leaves its input untouched:
   block holding its last token and its own position, so any two prompts that shared a prefix still
   share it, scaled (block size unchanged).
 - `filter_classes`, `sample`: keep some task classes; keep N tasks (seeded, arrival order kept).
+- `rate` (in a `TransformSpec`): tasks per second instead of a factor: the rate scale that takes the
+  workload's own rate (`task_rate`) to it. A workload whose arrivals span no time has no rate to scale:
+  its arrivals are then re-spaced as a Poisson process at that rate (`respace`, burstiness 1).
+- `respace`: top-level arrivals re-spaced as a gamma renewal process, seeded: independent gaps of mean
+  1 / rate and shape `burstiness`, as `vllm bench serve --burstiness` draws them (1: Poisson; lower:
+  burstier, the gaps' coefficient of variation is 1 / sqrt(burstiness); higher: more even). Tasks keep
+  their order, the first keeps its arrival.
 
 `apply(workload, spec, seed)` runs the spec's transforms in a fixed order (filter, sample, rate,
-time, gaps, gap cap, tokens) and records what it did in the workload's provenance.
+arrivals, time, gaps, gap cap, tokens) and records what it did in the workload's provenance.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import math
 from typing import Annotated, Literal, Optional, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import InputError
 from .hash_ids import ID_LIMIT, HashIds, common_prefix
@@ -49,7 +56,14 @@ class TransformSpec(BaseModel):
     sample: Optional[Annotated[int, Field(ge=0)]] = None
     """Keep this many tasks, drawn with the seed."""
     rate_scale: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
+    """Tasks per second × this, burst shape kept (see `rate_mode`)."""
+    rate: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = None
+    """Tasks per second (top-level arrivals): scales the workload's own rate to this, as `rate_scale`
+    does (arrivals that span no time are re-spaced as a Poisson process at this rate instead)."""
     rate_mode: Literal["compress", "overlay"] = "compress"
+    burstiness: Optional[Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]] = None
+    """Re-space top-level arrivals as a gamma renewal process of this shape (1: Poisson, lower:
+    burstier), at `rate` or else the workload's own rate, seeded."""
     time_scale: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
     """Multiplies arrival times (2: half the rate, same pattern)."""
     gap_scale: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
@@ -60,6 +74,12 @@ class TransformSpec(BaseModel):
     """Multiplies input and output tokens (a call keeps at least one of each it had)."""
     context_cap: Optional[Annotated[int, Field(gt=1, le=2 * MAX_TOKENS)]] = None
     """Most input + output tokens of one call."""
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> "TransformSpec":
+        if self.rate is not None and self.rate_scale != 1.0:
+            raise ValueError("give `rate` (tasks per second) or `rate_scale` (a factor), not both")
+        return self
 
     def is_identity(self) -> bool:
         """True when applying the spec changes nothing."""
@@ -191,6 +211,47 @@ class _CopyIds:
         return tuple((i + offset) % ID_LIMIT for i in ids)
 
 
+def task_rate(workload: Workload) -> Optional[float]:
+    """The workload's own rate of top-level arrivals, tasks per second: (tasks - 1) / their span, the
+    rate whose mean gap spans them; None when they span no time (one task, or all arriving at once)."""
+    if len(workload.tasks) < 2:
+        return None
+    arrivals = [t.arrival for t in workload.tasks]
+    span = max(arrivals) - min(arrivals)
+    return (len(arrivals) - 1) / span if span > 0 else None
+
+
+def respace(workload: Workload, burstiness: float, rate: Optional[float] = None, seed: int = 0) -> Workload:
+    """Top-level arrivals re-spaced as a gamma renewal process: gaps of mean 1 / `rate` (default: the
+    workload's own `task_rate`) and shape `burstiness` (1: Poisson; the gaps' coefficient of variation
+    is 1 / sqrt(burstiness)), drawn with `seed`; tasks keep their order, the first its arrival."""
+    if not burstiness > 0:
+        raise InputError("burstiness must be > 0", field="burstiness")
+    own = task_rate(workload)
+    if rate is None:
+        if own is None and len(workload.tasks) > 1:
+            raise InputError("the arrivals span no time, so the workload has no rate to keep: give a rate "
+                             "(tasks per second) with the burstiness", field="burstiness")
+        rate = own or 1.0
+    if not rate > 0:
+        raise InputError("rate must be > 0", field="rate")
+    ordered = sorted(workload.tasks, key=lambda t: t.arrival)
+    if not ordered:
+        return workload
+    # A stream of its own, so that the gaps do not follow the draws of `sample` or an overlay.
+    rng = np.random.default_rng([seed, _RESPACE_STREAM])
+    gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), len(ordered) - 1)
+    t0 = ordered[0].arrival
+    times = t0 + np.concatenate([[0.0], np.cumsum(gaps)])
+    tasks = [dataclasses.replace(t, arrival=float(a)) for t, a in zip(ordered, times.tolist())]
+    return _with(workload, tasks, "arrivals", {"process": "gamma", "burstiness": burstiness, "rate": rate,
+                                               "seed": seed})
+
+
+_RESPACE_STREAM = 0x61727276
+"""Second word of the seed of `respace`'s draws (any constant; it keeps them apart from the others')."""
+
+
 def filter_classes(workload: Workload, classes: list[str]) -> Workload:
     """Only the tasks whose class is in `classes`."""
     wanted = set(classes)
@@ -294,14 +355,24 @@ def token_scale(workload: Workload, factor: float = 1.0, context_cap: Optional[i
 
 
 def apply(workload: Workload, spec: TransformSpec, seed: int = 0) -> Workload:
-    """Every transform the spec asks for, in the order filter, sample, rate, time, gaps, gap cap, tokens."""
+    """Every transform the spec asks for, in the order filter, sample, rate, arrivals (burstiness),
+    time, gaps, gap cap, tokens."""
     w = workload
     if spec.classes is not None:
         w = filter_classes(w, spec.classes)
     if spec.sample is not None:
         w = sample(w, spec.sample, seed)
-    if spec.rate_scale != 1.0:
+    burstiness = spec.burstiness
+    if spec.rate is not None:
+        own = task_rate(w)
+        if own is not None:
+            w = rate_scale(w, spec.rate / own, spec.rate_mode, seed)
+        elif burstiness is None:
+            burstiness = 1.0  # nothing to scale: Poisson arrivals at the rate, as `vllm bench serve` sends them
+    elif spec.rate_scale != 1.0:
         w = rate_scale(w, spec.rate_scale, spec.rate_mode, seed)
+    if burstiness is not None:
+        w = respace(w, burstiness, spec.rate, seed)
     if spec.time_scale != 1.0:
         w = time_scale(w, spec.time_scale)
     if spec.gap_scale != 1.0:

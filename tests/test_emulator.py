@@ -38,7 +38,7 @@ async def test_models_health_and_tokenize():
 
 
 async def test_non_streaming_completion_and_chat():
-    async with run_emulator() as url:
+    async with run_emulator(ttft=0.0, itl=0.0) as url:
         status, body = await post(url, "/v1/completions", {"prompt": [20] * 50, "max_tokens": 7})
         data = json.loads(body)
         assert status == 200
@@ -88,7 +88,7 @@ async def test_errors_in_vllm_shape(body, status, needle):
 
 
 async def test_max_tokens_capped_by_the_context_like_vllm():
-    async with run_emulator(max_model_len=100) as url:
+    async with run_emulator(max_model_len=100, ttft=0.0, itl=0.0) as url:
         status, raw = await post(url, "/v1/completions", {"prompt": [20] * 90, "max_tokens": 20})
     assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 10
 
@@ -233,12 +233,12 @@ def test_parse_fault():
 
 async def test_global_faults_are_seeded():
     async def statuses(seed):
-        async with run_emulator(faults=(("http_503", 0.5),), seed=seed) as url:
+        async with run_emulator(faults=(("http_503", 0.5),), seed=seed, ttft=0.0, itl=0.0) as url:
             return [(await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}))[0] for _ in range(20)]
 
     first = await statuses(1)
     assert first == await statuses(1)
-    async with run_emulator(faults=("http_503:0.5",), seed=1) as url:  # the command line's form
+    async with run_emulator(faults=("http_503:0.5",), seed=1, ttft=0.0, itl=0.0) as url:  # the command line's form
         assert [(await post(url, "/v1/completions", {"prompt": [20], "max_tokens": 1}))[0] for _ in range(20)] == first
     assert set(first) == {200, 503}
 

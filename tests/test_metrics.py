@@ -29,10 +29,10 @@ TOP_KEYS = (["agentload_summary", "partial", "stop_reason", "duration", "window"
             + VLLM_FIELDS[1:6] + ["total_cached_tokens"] + VLLM_FIELDS[6:]
             + ["client_lag_ms", "errors", "error_messages", "calls", "tasks", "slo"])
 CALL_KEYS = ["attempts", "ok", "failed_attempts", "cancelled", "excluded_by_window", "planned", "not_done"]
-TASK_KEYS = ["completed", "failed", "cancelled", "finished_all", "sub_tasks_finished", "excluded_by_window",
-             "throughput_per_hour", "completion_time_s", "breakdown_s", "by_class", "planned", "not_started",
+TASK_KEYS = ["judged", "completed", "failed", "cancelled", "not_started", "finished_all", "sub_tasks_finished",
+             "excluded_by_window", "throughput_per_hour", "completion_time_s", "breakdown_s", "by_class", "planned",
              "goodput_per_hour", "slo_met_share"]
-CLASS_KEYS = ["completed", "failed", "throughput_per_hour", "completion_time_s", "goodput_per_hour"]
+CLASS_KEYS = ["completed", "failed", "cancelled", "throughput_per_hour", "completion_time_s", "goodput_per_hour"]
 TIME_KEYS = ["mean", "std", "median", "max", "p50", "p90", "p95", "p99", "p99.9"]
 BREAKDOWN_KEYS = ["total", "in_calls", "ttft", "decode", "gaps", "client_lag", "other"]
 SLO_KEYS = ["ttft_ms", "tpot_ms", "task_s", "calls_meeting_ttft", "calls_meeting_tpot", "calls_meeting_all",
@@ -115,6 +115,44 @@ def test_slo_goodput_counts_items_within_the_bound():
     assert summary["slo"]["task_s"]["percentiles"]["p50"]["met"] is True
     assert set(summary["tasks"]["by_class"]) == {"x", "y"}
     assert summary["tasks"]["by_class"]["y"]["goodput_per_hour"] == pytest.approx(2 * 3600 / summary["duration"])
+
+
+def judged_plan(tasks: int, by_class: dict[str, int] | None = None) -> dict:
+    """run.json's planned counts of a run meaning to start `tasks` tasks, all in the window."""
+    return {"tasks": tasks, "calls": tasks, "subtasks": 0, "judged": tasks,
+            "judged_by_class": by_class or {"default": tasks}}
+
+
+def test_tasks_cancelled_by_the_drain_count_against_the_task_slo():
+    # 17 tasks meant to run; 11 completed within 45 s, 6 cut off by run.drain: a p90 of 60 s is missed
+    # (the 90th percentile of 17 tasks is the 15th, as HdrHistogram ranks it: among those that never
+    # completed), not "44.1 ok"
+    done = [task(f"t{i}", float(i), float(i) + 20 + 2 * i) for i in range(11)]
+    cut = [task(f"c{i}", 11.0 + i, 80.0, ok=False) for i in range(6)]
+    cut = [TaskRecord(**{**results.record_dict(t), "error_class": "cancelled"}) for t in cut]
+    summary, _ = summarize([], done + cut, slo=Slo(task_s=PercentileTarget(p90=60)), planned=judged_plan(17),
+                           partial=True, stop_reason="drain_timeout")
+    tasks, check = summary.tasks, summary.slo.task_s
+    assert (tasks.judged, tasks.completed, tasks.failed, tasks.cancelled, tasks.not_started) == (17, 11, 0, 6, 0)
+    assert tasks.not_completed == 6 and (check.judged, check.not_completed) == (17, 6)
+    assert check.met is False and check.percentiles["p90"].measured is None
+    assert tasks.slo_met_share == pytest.approx(11 / 17)
+    # the class's counts are the same partition: cancelled tasks are not failed ones
+    assert (tasks.by_class["default"].failed, tasks.by_class["default"].cancelled) == (0, 6)
+    # with fewer missing, the percentile is a completed task's: 1 of 17 cut off, p90 is the 15th of all,
+    # the 15th fastest completed (38 s)
+    summary, _ = summarize([], done + [task(f"d{i}", 11.0 + i, 40.0 + i) for i in range(5)] + cut[:1],
+                           slo=Slo(task_s=PercentileTarget(p90=60)), planned=judged_plan(17))
+    assert summary.slo.task_s.met is True and summary.slo.task_s.percentiles["p90"].measured == pytest.approx(38.0, rel=1e-3)
+
+
+def test_tasks_a_stop_kept_from_starting_count_against_the_task_slo():
+    # Ctrl-C after one task of seven completed: six never started, the task SLO is missed
+    summary, _ = summarize([], [task("t0", 0.0, 1.1)], slo=Slo(task_s=PercentileTarget(p90=90)),
+                           planned=judged_plan(7), partial=True, stop_reason="interrupted")
+    assert (summary.tasks.judged, summary.tasks.completed, summary.tasks.not_started) == (7, 1, 6)
+    assert summary.slo.task_s.met is False and summary.slo.task_s.not_completed == 6
+    assert summary.tasks.by_class["default"].not_started == 6
 
 
 def test_slo_target_needs_a_bound():
@@ -207,7 +245,8 @@ def test_parts_left_out_are_not_written():
     calls = [CallRecord(**{**results.record_dict(c), "cached_tokens": None}) for c in calls]
     data = summarize(calls, tasks)[0].to_dict()
     assert list(data) == [k for k in TOP_KEYS if k != "total_cached_tokens"]
-    assert list(data["calls"]) == CALL_KEYS[:-2] and list(data["tasks"]) == TASK_KEYS[:-4]
+    left_out = ("judged", "not_started", "planned", "goodput_per_hour", "slo_met_share")
+    assert list(data["calls"]) == CALL_KEYS[:-2] and list(data["tasks"]) == [k for k in TASK_KEYS if k not in left_out]
     assert data["slo"] == {} and "goodput_per_hour" not in data["tasks"]["by_class"]["x"]
 
 

@@ -1,10 +1,11 @@
 """`agentload fit`, `generate` and `transform` end to end on a small native trace."""
 
 import numpy as np
+import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.traces import native
+from simulator.traces import load, native
 from simulator.workload import Call, Task, Workload
 
 
@@ -55,3 +56,44 @@ def test_bad_input_exits_2_with_the_place(tmp_path, capsys):
     assert main(["fit", str(tiny), "-o", str(model)]) == 2
     assert "--allow-fallback" in capsys.readouterr().err
     assert main(["fit", str(tiny), "-o", str(model), "--allow-fallback"]) == 0
+
+
+def _arrival_gaps(path):
+    return np.diff(sorted(t.arrival for t in load([path]).tasks))
+
+
+def test_generate_burstiness_sets_the_gaps_coefficient_of_variation(tmp_path, capsys):
+    trace, model = tmp_path / "t.jsonl", tmp_path / "m.yaml"
+    _trace(trace)
+    assert main(["fit", str(trace), "-o", str(model)]) == 0
+    plain = tmp_path / "plain.jsonl"
+    assert main(["generate", str(model), "--tasks", "4000", "--seed", "2", "-o", str(plain)]) == 0
+    fitted_mean_gap = _arrival_gaps(plain).mean()
+    for burstiness in (0.25, 4.0):
+        out = tmp_path / f"b{burstiness}.jsonl"
+        args = ["generate", str(model), "--tasks", "4000", "--seed", "2", "--burstiness", str(burstiness)]
+        assert main([*args, "-o", str(out)]) == 0
+        gaps = _arrival_gaps(out)
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(burstiness), rel=0.08)
+        assert gaps.mean() == pytest.approx(fitted_mean_gap, rel=0.1)  # at the fitted rate
+        again = tmp_path / "again.jsonl"
+        assert main([*args, "-o", str(again)]) == 0 and again.read_bytes() == out.read_bytes()
+        # the same tasks as without the knob: only their arrivals differ
+        assert [t.calls for t in load([out]).tasks] == [t.calls for t in load([plain]).tasks]
+    at_rate = tmp_path / "rate.jsonl"
+    assert main(["generate", str(model), "--tasks", "4000", "--rate", "5", "--burstiness", "0.5",
+                 "-o", str(at_rate)]) == 0
+    assert _arrival_gaps(at_rate).mean() == pytest.approx(0.2, rel=0.08)
+
+
+def test_a_scenario_generates_with_burstiness(tmp_path):
+    from simulator import scenario as sc
+
+    trace, model = tmp_path / "t.jsonl", tmp_path / "m.yaml"
+    _trace(trace, same_arrival=True)  # no fitted arrivals: the rate comes from the scenario
+    assert main(["fit", str(trace), "-o", str(model)]) == 0
+    path = tmp_path / "s.yaml"
+    path.write_text("workload:\n  model: m.yaml\n  generate: {tasks: 3000, rate: 2, burstiness: 0.25, seed: 1}\n")
+    gaps = np.diff(sorted(t.arrival for t in sc.load_workload(sc.load(path)).tasks))
+    assert gaps.mean() == pytest.approx(0.5, rel=0.1)
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.1)

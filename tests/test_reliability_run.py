@@ -34,6 +34,9 @@ def test_an_unreachable_server_fails_the_preflight_without_a_result_folder(tmp_p
     err = capsys.readouterr().err
     assert "preflight" in err and "unreachable" in err and "(connect)" in err
     assert not (tmp_path / "result").exists()
+    # the banner announced where results would go; the error says none were made
+    assert f"results will go to {tmp_path / 'result'}" in err and f"results: {tmp_path / 'result'}" not in err
+    assert err.rstrip().endswith("no result folder was made")
 
 
 def test_a_wrong_model_fails_the_preflight_naming_the_models_served(tmp_path, capsys):
@@ -120,20 +123,41 @@ def test_a_header_with_a_line_break_is_refused_at_load_without_echoing_its_value
 
 
 def test_the_banner_gives_the_arrival_span_and_an_estimate_of_the_run():
+    # the recorded server time (5 s) is the trace's, not the target's: it never counts
     tasks = tuple(Task(f"t{i}", (Call(10, 2), Call(10, 2, gap=30.0, server_time=5.0)), arrival=60.0 * i)
                   for i in range(5))
-    scen = sc.parse("workload: {trace: x.jsonl}\n", "x.yaml")
-    line = banner(scen, Workload(tasks), "out")
-    assert "arrivals over 4 min 0 s" in line and "run of at least 4 min 35 s" in line
-    cut = sc.parse("workload: {trace: x.jsonl}\nrun: {duration: 100, drain: 10}\n", "x.yaml")
+    served = sc.parse("workload: {trace: x.jsonl}\ntarget: {base_url: 'http://127.0.0.1:8000'}\n", "x.yaml")
+    line = banner(served, Workload(tasks), "out")
+    assert "arrivals over 4 min 0 s" in line and "run of at least 4 min 30 s" in line
+    assert "the server's time comes on top" in line and "target: http://127.0.0.1:8000" in line
+    cut = sc.parse("workload: {trace: x.jsonl}\ntarget: {base_url: 'http://h:1'}\nrun: {duration: 100, drain: 10}\n",
+                   "x.yaml")
     assert "(run.duration starts 2 of them)" in banner(cut, Workload(tasks), "out")
     assert "run of at least 1 min 10 s" in banner(cut, Workload(tasks), "out")
+    # the emulator: its calls' time counts (each call 10 tokens at 60 ms and 2 steps of 8.1 ms: 0.62 s)
+    slow = sc.parse("workload: {trace: x.jsonl}\nemulator: {prefill_per_token: 0.06}\n", "x.yaml")
+    line = banner(slow, Workload(tasks), "out")
+    assert "run of about 4 min 31 s" in line and "queueing under load comes on top" in line
+    assert "target: built-in emulator, batched timing: steps of 8 ms + 0.1 ms a running sequence" in line
+
+
+def test_the_banner_says_which_timing_the_emulator_runs_and_warns_of_a_zero_latency_server():
+    load = Workload((Task("t", (Call(10, 2),)),))
+    default = banner(sc.parse("workload: {trace: x.jsonl}\n", "x.yaml"), load, "out")
+    assert "target: built-in emulator, default timing, ~ one H100 serving an 8B model on vLLM: steps of 8 ms" in default
+    assert "zero-latency" not in default.lower()
+    profile = banner(sc.parse("workload: {trace: x.jsonl}\nemulator: {profile: tiny-vllm-cpu}\n", "x.yaml"), load, "out")
+    assert "target: built-in emulator, profile tiny-vllm-cpu" in profile
+    for zero in ("{ttft: 0, itl: 0}", "{prefill_per_token: 0, decode_per_seq: 0, decode_base: 0}"):
+        line = banner(sc.parse(f"workload: {{trace: x.jsonl}}\nemulator: {zero}\n", "x.yaml"), load, "out")
+        assert "a zero-latency server" in line and "warning: ZERO-LATENCY SERVER" in line, zero
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_stop_the_run_with_its_partial_summary(tmp_path, signum, code):
     load = workload(tasks=6, calls=4, out=100, gap=0.0, every=0.05)
-    scen = scenario_file(tmp_path, "emulator: {ttft: 0.005, itl: 0.005}\n", load)
+    # a generous task SLO: only the tasks the stop cut off can miss it
+    scen = scenario_file(tmp_path, "emulator: {ttft: 0.005, itl: 0.005}\nslo: {task_s: {p90: 600}}\n", load)
     out = tmp_path / "result"
     proc = run_cli("run", str(scen), "-o", str(out), "--no-progress")
     try:
@@ -149,7 +173,8 @@ def test_sigterm_and_sighup_stop_the_run_with_its_partial_summary(tmp_path, sign
     assert summary["partial"] is True and summary["stop_reason"] == "interrupted"
     tasks = summary["tasks"]
     assert tasks["planned"] == tasks["completed"] + tasks["failed"] + tasks["cancelled"] + tasks["not_started"]
-    assert summary["calls"]["cancelled"] >= 1 and "PARTIAL RESULTS" in stdout
+    assert summary["calls"]["cancelled"] >= 1 and "PARTIAL (interrupted)" in stdout
+    assert tasks["judged"] == tasks["planned"] and summary["slo"]["task_s"]["met"] is False  # the stop counts
 
 
 def test_a_run_killed_outright_is_reported_with_its_started_tasks_interrupted(tmp_path, capsys):
@@ -193,5 +218,5 @@ def test_a_signal_during_the_preflight_ends_the_command_without_a_result_folder(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, stderr
-    assert "stopped by SIGTERM before the run started; nothing measured" in stderr
+    assert "stopped by SIGTERM before the run started; nothing measured, no result folder was made" in stderr
     assert not out.exists()

@@ -156,7 +156,9 @@ def test_a_killed_runs_started_tasks_are_interrupted_not_not_started(tmp_path, c
     from simulator.cli import main
 
     assert main(["report", str(folder)]) == 0
-    assert "2 started and interrupted, 3 not started" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "PARTIAL (rebuilt from records (no summary.json)): 2 of 6 tasks interrupted, 3 not started" in printed
+    assert "6 judged (arriving in the window): 1 completed, 0 failed, 0 cancelled, 2 interrupted, 3 not started" in printed
     # a folder from before progress.json: counted as before
     (folder / results.PROGRESS_FILE).unlink()
     assert load_summary(folder).tasks.interrupted is None and load_summary(folder).tasks.not_started == 5

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -19,42 +18,7 @@ from simulator.errors import InputError
 from simulator.metrics import results
 
 
-class Page(HTMLParser):
-    """What the tests read from a page: its tags, its text, and the cells that name their figure."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict]] = []
-        self.text: list[str] = []
-        self.cells: list[dict] = []
-        self.svg_text: list[str] = []
-        self._open: list[dict] = []
-        self._svg = 0
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        attributes = dict(attrs)
-        self.tags.append((tag, attributes))
-        self._svg += tag == "svg"
-        if "data-source" in attributes:
-            cell = {"source": attributes["data-source"], "folder": attributes["data-folder"],
-                    "value": attributes["data-value"], "scale": attributes["data-scale"], "text": ""}
-            self.cells.append(cell)
-            self._open.append(cell)
-        elif self._open:
-            self._open.append({})
-
-    def handle_endtag(self, tag: str) -> None:
-        self._svg -= tag == "svg"
-        if self._open and tag in ("td", "span"):
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-        if self._svg:
-            self.svg_text.append(data)
-        if self._open and self._open[-1]:
-            self._open[-1]["text"] += data
+Page = rf.Page
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +189,7 @@ def test_hostile_study_strings_are_escaped(tmp_path):
     (lambda s: s["configs"][1].update(name="default"), "configs"),
 ])
 def test_a_bad_study_json_is_an_input_error_naming_the_field(tmp_path, change, field):
-    from simulator.report.study import load_study
+    from simulator.study.model import load_study
 
     study = json.loads((rf.STUDY_FIXTURE / "study.json").read_text())
     change(study)

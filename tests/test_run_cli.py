@@ -14,6 +14,7 @@ from simulator.cli import main
 from simulator.live.runner import run_scenario
 from simulator.metrics import histograms as H
 from simulator.metrics import results
+from simulator.report.folder_data import load_folder
 from simulator.traces.native import write
 from simulator.workload import Call, SubTask, Task, Workload
 
@@ -61,8 +62,16 @@ def test_run_writes_results_with_every_call_accounted_for(tmp_path, capsys):
     assert hist["ttft"].get_total_count() == planned_calls
     assert hist["itl"].get_total_count() == sum(c.itl_count for c in calls)
     assert summary["slo"]["ttft_ms"]["met"] in (True, False)
-    printed = capsys.readouterr().out
-    assert "TTFT" in printed and str(out) in printed
+    captured = capsys.readouterr()
+    assert "TTFT" in captured.out and str(out) in captured.out
+    # what timing the emulator ran: in the banner, run.json and the report's "served by"
+    assert "target: built-in emulator, fixed TTFT 5 ms, ITL 1 ms;" in captured.err
+    info = json.loads((out / results.RUN_FILE).read_text())
+    assert info["emulator"] is True
+    assert info["emulator_timing"] == {"kind": "fixed", "text": "fixed TTFT 5 ms, ITL 1 ms", "ttft": 0.005,
+                                       "itl": 0.001, "zero_latency": False}
+    assert load_folder(out).target() == "built-in emulator, fixed TTFT 5 ms, ITL 1 ms"
+    assert "served by: built-in emulator, fixed TTFT 5 ms, ITL 1 ms" in captured.out
 
 
 def test_report_reprints_and_rebuilds_after_a_crash(tmp_path, capsys):
@@ -176,5 +185,5 @@ def test_progress_view_and_partial_banner_render():
     console.print(view)
     line = console.export_text()
     assert "tasks 3/8 done, 2 in flight, 3 to arrive" in line and "500 out tok/s" in line and "http_5xx 1" in line
-    console.print(render(Summary(partial=True, stop_reason="interrupted")))
-    assert "PARTIAL RESULTS: interrupted" in console.export_text()
+    console.print(*render(Summary(partial=True, stop_reason="interrupted")))
+    assert "PARTIAL (interrupted)" in console.export_text()

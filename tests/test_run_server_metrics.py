@@ -125,7 +125,7 @@ def test_report_shows_the_server_section(tmp_path, capsys):
             interval_s=1.0),
     }
     console = Console(width=140, record=True)
-    console.print(render(Summary.model_validate(summary)))
+    console.print(*render(Summary.model_validate(summary), console.width))
     text = console.export_text()
     assert "Server /metrics: 7 scrapes every 1 s, 0 failed" in text
     assert "KV-cache usage" in text and "50.00%" in text

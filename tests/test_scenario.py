@@ -71,7 +71,7 @@ def test_top_level_must_be_a_mapping():
 
 def test_emulator_settings_are_checked():
     err = error_of(GOOD + "emulator: {ttft: 0.1, tfft: 2}\n")
-    assert err.path == "emulator" and "tfft" in str(err)
+    assert err.path == "emulator.tfft" and err.line == 10 and "did you mean `ttft`?" in str(err)
 
 
 def test_overrides_set_nested_typed_values_and_are_named_in_errors():

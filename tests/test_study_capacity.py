@@ -70,6 +70,6 @@ def test_capacity_of_a_server_with_known_capacity(tmp_path):
     assert low <= ANALYTICAL <= high
     # each repeat's search bracketed (25 held, 75 failed) and then bisected to 4%
     for search in capacity["repeats"]:
-        assert search["probes"][0] == {"rate": 25.0, "met": True}
-        assert search["probes"][1] == {"rate": 75.0, "met": False}
+        assert search["probes"][0] == {"rate": 25.0, "verdict": "held"}
+        assert search["probes"][1] == {"rate": 75.0, "verdict": "missed"}
         assert search["high"] <= search["low"] * 1.04

@@ -1,5 +1,5 @@
-"""The capacity search and its CI, the ranking's bootstrap verdicts, load points, cost and the quality
-comparison: the study's arithmetic, on inputs whose answers are known."""
+"""The capacity search and its CI, the ranking's verdicts (and what one repeat cannot claim), load points,
+cost and the quality comparison: the study's arithmetic, on inputs whose answers are known."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ from simulator.scenario import RunSpec
 from simulator.study import cost, quality
 from simulator.study.capacity import combine, search
 from simulator.study.figures import TaskTokens
-from simulator.study.load import LoadPoint, apply, base_rate
-from simulator.study.ranking import Value, mean, p95, rank
+from simulator.study.load import LoadPoint, apply
+from simulator.transforms import task_rate
+from simulator.study.capacity import HELD, MISSED, UNTESTABLE
+from simulator.study.ranking import Value, rank
 from simulator.study.schema import ApiPrices, CostSpec, QualitySpec
 from simulator.workload import Call, Task, Workload
 
 
-def threshold_probe(capacity: float, log: list[float]):
-    def probe(rate: float) -> bool:
+def threshold_probe(capacity: float, log: list[float], testable: float = math.inf):
+    """A server that holds the SLO up to `capacity`, under a workload that can test rates up to `testable`."""
+    def probe(rate: float) -> str:
         log.append(rate)
-        return rate <= capacity
+        if rate > capacity:
+            return MISSED
+        return HELD if rate <= testable else UNTESTABLE
     return probe
 
 
@@ -52,7 +57,7 @@ def test_search_stops_at_a_failed_point():
 
     def probe(rate):
         calls.append(rate)
-        return None if len(calls) == 2 else rate < 5
+        return None if len(calls) == 2 else (HELD if rate < 5 else MISSED)
 
     s = search(probe, low=1.0, high=4.0, precision=0.05, max_probes=30)
     assert s.status == "failed" and len(calls) == 2
@@ -61,7 +66,9 @@ def test_search_stops_at_a_failed_point():
 def test_capacity_ci_holds_the_bracket_and_the_spread_of_repeats():
     one = combine([search(threshold_probe(10.0, []), 1.0, 4.0, 0.04, 40)], confidence=0.9)
     s = one.searches[0]
-    assert one.ci == pytest.approx((s.low, s.high))  # one repeat: the last bracket
+    # one repeat: no confidence interval; the bisection's half-width is reported as its resolution
+    assert one.ci is None and one.rate == pytest.approx(s.estimate)
+    assert one.to_dict()["ci_per_s"] is None and one.to_dict()["resolution_per_s"] == pytest.approx((s.high - s.low) / 2)
     searches = [search(threshold_probe(c, []), 1.0, 4.0, 0.01, 40, repeat=i) for i, c in enumerate((9.0, 10.0, 11.0))]
     many = combine(searches, confidence=0.9)
     assert many.rate == pytest.approx(10.0, rel=0.01)
@@ -70,10 +77,24 @@ def test_capacity_ci_holds_the_bracket_and_the_spread_of_repeats():
     assert many.to_dict()["per_min"] == pytest.approx(many.rate * 60)
 
 
+def test_a_rate_the_workload_cannot_test_bounds_the_search_and_is_no_capacity():
+    # a server that would hold up to 100/s, a workload whose arrivals are a burst above 6/s: the search
+    # stops below the untestable rates and says the capacity is at least the highest rate tested
+    log: list[float] = []
+    s = search(threshold_probe(100.0, log, testable=6.0), low=2.0, high=8.0, precision=0.05, max_probes=30)
+    assert s.status == "above_range" and s.estimate is None
+    assert s.low <= 6.0 < s.ceiling <= s.low * 1.05 and max(log) == 8.0
+    capacity = combine([s], 0.9)
+    assert capacity.rate is None and capacity.at_least == s.low and capacity.untestable_from == s.ceiling
+    # a server that fails below the untestable rates is bracketed as usual
+    s = search(threshold_probe(3.0, [], testable=6.0), low=2.0, high=8.0, precision=0.05, max_probes=30)
+    assert s.status == "ok" and s.low <= 3.0 < s.high
+
+
 def test_load_rate_rescales_arrivals_and_window_and_keeps_the_tasks():
     tasks = tuple(Task(id=f"t{i}", calls=(Call(10, 5),), arrival=10.0 + 2.0 * i) for i in range(11))
     workload = Workload(tasks)
-    assert base_rate(workload) == pytest.approx(0.5)
+    assert task_rate(workload) == pytest.approx(0.5)
     loaded = apply(workload, RunSpec(warmup=20.0, cooldown=4.0), LoadPoint("rate", 2.0), 0.5)
     assert loaded.offered_rate == pytest.approx(2.0)
     arrivals = [t.arrival for t in loaded.workload.tasks]
@@ -86,21 +107,40 @@ def test_load_rate_rescales_arrivals_and_window_and_keeps_the_tasks():
 
 def test_ranking_calls_overlapping_samples_within_noise():
     values = {
-        "a": Value(100.0, [99.0, 100.0, 101.0], mean),
-        "b": Value(99.5, [98.0, 100.5, 100.0], mean),
-        "c": Value(50.0, [49.0, 50.0, 51.0], mean),
+        "a": Value(100.0, [99.0, 100.0, 101.0]),
+        "b": Value(99.5, [98.0, 100.5, 100.0]),
+        "c": Value(50.0, [49.0, 50.0, 51.0]),
     }
     order, comparisons = rank(values, "goodput", 0.9)
     assert order == ["a", "b", "c"]
     first, second = comparisons
-    assert not first.significant and "within noise" in first.to_dict("tasks/h")["verdict"]
-    assert second.significant and second.ci[0] > 0
+    assert first.tested and first.significant is False and "within noise" in first.verdict
+    assert second.significant and second.ci[0] > 0 and second.verdict.startswith("b ahead of c")
+
+
+def test_one_repeat_gives_no_interval_and_no_significance():
+    # capacities 9.77 and 9.5 tasks/s from one repeat each: the order is the measured one, untested
+    values = {"fp16-state": Value(9.77 * 3600, [9.77 * 3600], resolution=0.1 * 3600),
+              "mtp1": Value(9.5 * 3600, [9.5 * 3600], resolution=0.1 * 3600)}
+    for v in values.values():
+        assert v.with_ci(0.9).ci is None
+    order, (comparison,) = rank(values, "goodput", 0.9)
+    assert order == ["fp16-state", "mtp1"]
+    assert comparison.tested is False and comparison.significant is None and comparison.ci is None
+    assert "not tested for significance" in comparison.verdict and "ahead of" in comparison.verdict
+    assert "e+" not in comparison.verdict and "+972 tasks/h" in comparison.verdict
+
+
+def test_a_bound_is_not_ranked_as_settled_against_a_value_it_may_pass():
+    values = {"a": Value(50.0, [50.0, 50.0, 50.0]), "b": Value(40.0, [40.0, 40.0, 40.0], bound="at_least")}
+    _, (comparison,) = rank(values, "goodput", 0.9)
+    assert comparison.tested is False and "not settled" in comparison.verdict
 
 
 def test_ranking_of_lower_is_better_percentiles():
-    fast = [1.0 + 0.01 * i for i in range(200)]
-    slow = [2.0 + 0.01 * i for i in range(200)]
-    values = {"slow": Value(p95(slow), slow, p95), "fast": Value(p95(fast), fast, p95)}
+    fast = [1.0 + 0.01 * i for i in range(3)]
+    slow = [2.0 + 0.01 * i for i in range(3)]
+    values = {"slow": Value(2.01, slow), "fast": Value(1.01, fast)}
     order, (cmp,) = rank(values, "p95_task", 0.9)
     assert order == ["fast", "slow"] and cmp.significant and cmp.difference == pytest.approx(1.0)
 

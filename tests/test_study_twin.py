@@ -15,6 +15,7 @@ from simulator.sim.profile import load_profile
 from simulator.sim.shapes import fixed_shape_throughput
 from simulator.study import schema
 from simulator.study.configs import resolve
+from simulator.study.model import STUDY_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def test_twin_study_of_two_profiles(tmp_path, capsys):
     path = tmp_path / "study.yaml"
     path.write_text(TWIN_STUDY.format(scenario=ROOT / "scenarios" / "vllm" / "claude-code.yaml"))
     code, study = run(["study", str(path), "-o", str(tmp_path / "out"), "--html", "--csv", str(tmp_path / "csv")])
-    assert code == 0 and study["complete"] and study["agentload_study"] == 1
+    assert code == 0 and study["complete"] and study["agentload_study"] == STUDY_VERSION
     # the study command writes the study's report files as run and simulate write theirs
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<svg" in page and "narrow" in page and (tmp_path / "csv" / "study_points.csv").exists()
@@ -88,8 +89,44 @@ def test_the_live_vllm_study_runs_on_the_twin(tmp_path, capsys):
     names = [c["name"] for c in study["configs"]]
     assert names == ["default", "max-num-seqs-2"]  # bfloat16 changes only a flag: no twin equivalent
     assert all(c["kind"] == "twin" for c in study["configs"])
-    assert "bfloat16: left out on the twin" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "bfloat16: left out on the twin" in printed.err
     assert study["ranking"]["order"] == ["default", "max-num-seqs-2"]
+    default, narrow = study["configs"]
+    # 14 sessions: at the highest rates they arrive as one burst, which tests no sustained rate; the
+    # default held at every rate they could test, so its capacity is a lower bound at a testable rate,
+    # not the 128/s the search reached (460,800 tasks/h before)
+    cap = default["capacity"]
+    assert cap["status"] == "above_range" and cap["rate_per_s"] is None and cap["untestable_from_per_s"] is not None
+    assert default["objective"]["bound"] == "at_least" and default["objective"]["value"] == cap["at_least_per_s"] * 3600
+    bursts = [p for p in default["points"] if p["verdict"] == "untestable"]
+    assert bursts and all(not p["tests_rate"] and p["sustained_tasks_per_hour"] is None for p in bursts)
+    assert all(p["load"] <= cap["untestable_from_per_s"] for p in default["points"] if p["verdict"] == "held")
+    # one repeat: no confidence interval, no significance claimed, the bisection's resolution said
+    assert narrow["capacity"]["ci_per_s"] is None and narrow["objective"]["ci"] is None
+    assert narrow["capacity"]["resolution_per_s"] > 0
+    (comparison,) = study["ranking"]["comparisons"]
+    assert comparison["tested"] is False and comparison["significant"] is None
+    assert "not tested for significance" in printed.out and "within noise" not in printed.out
+    assert "no confidence interval; the bisection placed it to ±" in printed.out
+    # the table's throughput is no offered rate: the highest sweep rate's runs' own
+    assert default["throughput_tasks_per_hour"] < default["offered_tasks_per_hour"]
+    # --fail-on-slo (the same folder: every point read back): max-num-seqs-2 missed at the ranking load
+    assert cli_main(["study", str(ROOT / "studies" / "vllm-cpu.yaml"), "--twin", "-o", str(tmp_path / "out"),
+                     "--fail-on-slo"]) == 4
+    assert "SLO missed: max-num-seqs-2 at 32" in capsys.readouterr().err
+
+
+def test_set_repeats_reaches_the_capacity_searches(tmp_path, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(TWIN_STUDY.format(scenario=ROOT / "scenarios" / "vllm" / "claude-code.yaml")
+                    .replace("  variants:\n    - {name: narrow, overlay: {scheduler: {max_num_seqs: 1}}}\n", "")
+                    .replace("load: {axis: rate, points: [1, 4]}\n", "").replace("reference: {label", "#"))
+    code, study = run(["study", str(path), "-o", str(tmp_path / "out"), "--set", "repeats=1"])
+    assert code == 0 and study["repeats"] == 1 and study["capacity_repeats"] == 1
+    assert len(study["configs"][0]["capacity"]["repeats"]) == 1  # the file's capacity.repeats: 2 overridden
+    assert any("capacity.repeats 2 overridden" in note for note in study["notes"])
+    assert "capacity.repeats 2 overridden" in capsys.readouterr().err
 
 
 SPACE_STUDY = """\
@@ -103,7 +140,8 @@ configs:
   base:
     name: emu
     server:
-      argv: [{python}, -m, simulator, serve-emulator, --port, "{{port}}", --decode-base, "0.025"]
+      argv: [{python}, -m, simulator, serve-emulator, --port, "{{port}}", --decode-base, "0.025", --decode-per-seq, "0",
+             --prefill-per-token, "0"]
       startup_timeout: 60
 load: {{axis: rate, points: [20]}}
 space:

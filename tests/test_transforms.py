@@ -178,3 +178,57 @@ def test_scales_that_overflow_are_input_errors(work):
         rate_scale(work, 1e-300)
     with pytest.raises(Exception):
         TransformSpec(token_scale=1e308)
+
+
+# ---------------------------------------------------------------- rate in tasks per second, burstiness
+
+import numpy as np  # noqa: E402
+
+from simulator.transforms import respace, task_rate  # noqa: E402
+
+
+def _steady(n: int, step: float = 1.0) -> Workload:
+    return Workload(tuple(Task(f"t{i}", _calls((100, 5, 0.0, ()), (200, 5, 1.0, ())), arrival=step * i) for i in range(n)))
+
+
+def _gaps(w: Workload) -> np.ndarray:
+    return np.diff(sorted(t.arrival for t in w.tasks))
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
+def test_burstiness_respaces_arrivals_as_gamma_gaps_of_that_shape(burstiness):
+    steady = _steady(20_001)
+    out = apply(steady, TransformSpec(burstiness=burstiness), seed=3)
+    gaps = _gaps(out)
+    # the coefficient of variation of gamma gaps of shape B is 1 / sqrt(B); the mean gap stays 1 s
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(burstiness), rel=0.05)
+    assert gaps.mean() == pytest.approx(1.0, rel=0.05)
+    assert [t.id for t in out.tasks] == [t.id for t in steady.tasks] and out.tasks[0].arrival == 0.0
+    assert [t.calls for t in out.tasks] == [t.calls for t in steady.tasks]
+    assert out.provenance[-1].options == {"process": "gamma", "burstiness": burstiness, "rate": 1.0, "seed": 3}
+    assert apply(steady, TransformSpec(burstiness=burstiness), seed=3) == out
+    assert apply(steady, TransformSpec(burstiness=burstiness), seed=4) != out
+
+
+def test_rate_rescales_arrivals_to_tasks_per_second():
+    steady = _steady(11, step=2.0)  # 0.5 tasks/s
+    assert task_rate(steady) == 0.5
+    faster = apply(steady, TransformSpec(rate=4.0))
+    assert task_rate(faster) == pytest.approx(4.0) and np.allclose(_gaps(faster), 0.25)
+    bursty = apply(steady, TransformSpec(rate=4.0, burstiness=0.5), seed=1)
+    assert bursty.provenance[-1].options["rate"] == 4.0 and not np.allclose(_gaps(bursty), 0.25)
+    overlaid = apply(_steady(400), TransformSpec(rate=3.0, rate_mode="overlay"), seed=1)
+    assert len(overlaid.tasks) == 1200
+
+
+def test_rate_spaces_tasks_that_arrive_at_once_as_poisson_arrivals():
+    together = _steady(20_001, step=0.0)
+    assert task_rate(together) is None
+    out = apply(together, TransformSpec(rate=0.5), seed=2)
+    gaps = _gaps(out)
+    assert gaps.mean() == pytest.approx(2.0, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # Poisson: CV 1
+    with pytest.raises(InputError, match="give a rate"):
+        respace(together, 0.5)
+    with pytest.raises(Exception, match="not both"):
+        TransformSpec(rate=2.0, rate_scale=3.0)

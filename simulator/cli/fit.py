@@ -15,9 +15,14 @@ from .trace import add_input_options
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `fit` command."""
-    p = subparsers.add_parser("fit", help="fit a workload model (YAML) to traces")
+    p = subparsers.add_parser(
+        "fit", help="fit a workload model (YAML) to traces",
+        description="Fit a workload model to traces read as one workload: per task class, its arrival process "
+        "(Poisson, gamma, MMPP, piecewise, modulated or the recorded times, chosen by AIC), calls per task, "
+        "tokens and gaps conditioned on position and the previous call's stop reason, prefix reuse and "
+        "sub-agents. Prints each class's candidates with their AIC. See docs/workload-model.md.")
     p.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or folders (read as one workload)")
-    p.add_argument("-o", "--output", required=True, metavar="MODEL.yaml", help="model file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the workload model (YAML) to write")
     add_input_options(p)
     p.add_argument("--one-class", action="store_true", help="fit all tasks as one class, ignoring their labels")
     p.add_argument(

@@ -66,7 +66,7 @@ def write_outputs(args: argparse.Namespace, folders: Sequence[Path], *, html_def
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from ..report.study import is_study_folder
+    from ..study.model import is_study_folder
 
     folders = [Path(f) for f in args.folders]
     if len(folders) == 1 and is_study_folder(folders[0]):
@@ -92,32 +92,19 @@ def _print_run(folder: Path, as_json: bool) -> None:
 
 
 def _print_comparison(folders: Sequence[Path], as_json: bool) -> None:
-    from ..metrics import results
-    from ..metrics.summary import load_summary
-    from ..report.compare import compare_many, compare_table, workload_warnings
-    from ..report.folder_data import folder_labels
+    from ..report.compare import print_comparison
     from ..report.terminal import output_console
 
-    summaries = [load_summary(f) for f in folders]
-    rows = compare_many(summaries)
-    labels = folder_labels(folders)
-    warnings = workload_warnings([results.read_json(f, results.RUN_FILE) or {} for f in folders], labels)
-    if as_json:
-        print(json.dumps({"folders": [str(f) for f in folders], "warnings": warnings, "rows": rows}, indent=1))
-        return
-    console = output_console()
-    console.print(compare_table(rows, labels))
-    for warning in warnings:
-        console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
+    print_comparison(folders, as_json, output_console())
 
 
 def _print_study(folder: Path, as_json: bool) -> None:
-    from ..report.study import load_study
-    from ..report.study_terminal import study_table
+    from ..report.study_terminal import print_study
     from ..report.terminal import output_console
+    from ..study.model import load_study
 
     study, data = load_study(folder)
     if as_json:
         print(json.dumps(data, indent=1))
         return
-    output_console().print(study_table(study))
+    print_study(study, output_console())

@@ -10,40 +10,37 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from ._options import add_verdict_options
+from ._quick import add_scenario_options, load_scenario, save_if_asked
 from .report import add_output_options, write_outputs
-
-from ..metrics.verdict import DEFAULT_MAX_FAILED_SHARE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="replay a scenario against a server (or the built-in emulator) and measure it",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Replay a scenario file live. Without a `target` in the scenario, the built-in emulator\n"
-        "is started and used. Before the arrivals start, the target is checked (its model list and one\n"
-        "tiny call). Ctrl-C, SIGTERM and SIGHUP stop the run cleanly and keep partial results.",
+        description="Replay a scenario live: a scenario file, or a trace or workload model described by flags "
+        "(--trace, --target, --rate, --concurrency, --burstiness, --slo, ...; vllm bench serve's names work too). "
+        "Without a target, the built-in emulator is started and used. Before the arrivals start, the target is "
+        "checked (its model list and one tiny call). Ctrl-C, SIGTERM and SIGHUP stop the run cleanly and keep "
+        "partial results.",
         epilog="exit codes:\n"
-        "  0      completed: failed attempts within --max-failed-share and, with --fail-on-slo,\n"
-        "         every SLO target met\n"
+        "  0      completed: failed attempts within --max-failed-share and, with\n"
+        "         --fail-on-slo, every SLO target met\n"
         "  1      more call attempts failed than --max-failed-share allows\n"
         "  2      bad input: scenario, trace or setting (no result folder)\n"
-        "  3      the target failed the preflight check: unreachable, wrong model, authentication\n"
-        "         (no result folder)\n"
+        "  3      the target failed the preflight check: unreachable, wrong model,\n"
+        "         authentication (no result folder)\n"
         "  4      with --fail-on-slo: an SLO target was missed\n"
-        "  128+N  stopped by signal N: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (partial results and\n"
-        "         summary saved)",
+        "  128+N  stopped by signal N: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (partial\n"
+        "         results and summary saved)",
     )
-    parser.add_argument("scenario", help="scenario YAML file (see docs/scenario.md)")
-    parser.add_argument("-o", "--output", metavar="DIR", help="result folder (default: run.output/<name>-<time>)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a scenario setting, e.g. --set run.max_tasks=5 (repeatable)")
+    add_scenario_options(parser, live=True)
+    parser.add_argument("-o", "--output", metavar="DIR",
+                        help="the result folder to write (default: RUN.OUTPUT/NAME-YYYYmmdd-HHMMSS, i.e. "
+                        "results/<scenario name>-<time>)")
     parser.add_argument("--no-progress", action="store_true", help="no live progress display")
-    parser.add_argument("--max-failed-share", type=_share, default=DEFAULT_MAX_FAILED_SHARE, metavar="X",
-                        help="exit with code 1 when more than this share of call attempts failed "
-                        f"(cancelled ones not counted; default {DEFAULT_MAX_FAILED_SHARE:g}; 0: any failure)")
-    parser.add_argument("--fail-on-slo", action="store_true",
-                        help="exit with code 4 when the run missed a target of the scenario's SLO")
+    add_verdict_options(parser)
     parser.add_argument("--no-preflight", action="store_true",
                         help="skip the check of the target before the run (its model list and one tiny call)")
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
@@ -54,16 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_command)
 
 
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
-    return value
-
-
 def run_command(args: argparse.Namespace) -> int:
     from .. import scenario as scenario_mod
     from ..live.client import PreflightError
@@ -72,8 +59,9 @@ def run_command(args: argparse.Namespace) -> int:
     from ..report.progress import ProgressView
     from ..report.terminal import print_summary
 
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = load_scenario(args)
     workload = scenario_mod.load_workload(scenario)
+    save_if_asked(args, scenario)
     folder = result_folder(scenario, args.output)
     console = Console(stderr=True)
     console.print(banner(scenario, workload, folder), highlight=False, soft_wrap=True)
@@ -101,10 +89,12 @@ def run_command(args: argparse.Namespace) -> int:
                 scenario, workload, Path(folder), on_progress=view.update, preflight=not args.no_preflight,
                 on_preflight=checked, on_signal=signals.append))
     except PreflightError as exc:
-        console.print(f"agentload: error: preflight: {exc}", highlight=False, soft_wrap=True, markup=False)
+        console.print(f"agentload: error: preflight: {exc}; no result folder was made", highlight=False,
+                      soft_wrap=True, markup=False)
         return PREFLIGHT_FAILED
     except RunAborted as exc:
-        console.print(f"agentload: {exc}; nothing measured", highlight=False, soft_wrap=True)
+        console.print(f"agentload: {exc}; nothing measured, no result folder was made", highlight=False,
+                      soft_wrap=True)
         return SIGNALLED + exc.signum
     print_summary(summary)
     if sharded:
@@ -125,21 +115,36 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def banner(scenario: Any, workload: Any, folder: Any) -> str:
-    """The line printed before a run: what is replayed against what, how long its arrivals last, about
-    how long it will take, and where the results go (URL credentials masked)."""
-    from ..live.runner import run_length
+    """The lines printed before a run: what is replayed against what (the built-in emulator with the
+    timing it runs, and a warning when that is a zero-latency server), how long its arrivals last, about
+    how long it will take, and where the results will go once the target passed its checks (URL
+    credentials masked)."""
+    from ..emulator.settings import describe_timing, from_values, is_zero_latency
+    from ..live.runner import scenario_run_length
     from ..redact import mask_url
     from ..workload import describe_seconds
 
     tasks, calls, subtasks = workload.counts()
-    length = run_length(workload, scenario.run)
+    emulator = from_values(scenario.emulator) if scenario.target is None else None
+    length = scenario_run_length(scenario, workload)
     span = length.last_arrival - length.first_arrival
     cut = f" (run.duration starts {length.tasks} of them)" if length.tasks < tasks else ""
-    return (f"agentload: {scenario.display_name()}: {tasks} tasks{cut}, {calls} calls, {subtasks} sub-agents; "
-            f"arrivals over {describe_seconds(span)}, run of at least {describe_seconds(length.estimate)} "
-            f"(arrivals, then tool/think time; the server's time comes on top); "
-            f"target: {mask_url(scenario.target.base_url) if scenario.target else 'built-in emulator'}; "
-            f"results: {folder}")
+    if emulator is None:
+        estimate = (f"run of at least {describe_seconds(length.estimate)} "
+                    "(arrivals, then tool/think time; the server's time comes on top)")
+        target = mask_url(scenario.target.base_url)
+    else:
+        estimate = (f"run of about {describe_seconds(length.estimate)} (arrivals, tool/think time and each "
+                    "call's time on the idle emulator; queueing under load comes on top)")
+        target = f"built-in emulator, {describe_timing(emulator)}"
+    line = (f"agentload: {scenario.display_name()}: {tasks} tasks{cut}, {calls} calls, {subtasks} sub-agents; "
+            f"arrivals over {describe_seconds(span)}, {estimate}; target: {target}; "
+            f"results will go to {folder}")
+    if emulator is not None and is_zero_latency(emulator):
+        line += ("\nagentload: warning: ZERO-LATENCY SERVER: the emulator answers every call at once, so its "
+                 "times measure agentload and this machine, not a server (leave out the zero timing for the "
+                 "default timing, or set emulator.profile)")
+    return line
 
 
 class _Null:

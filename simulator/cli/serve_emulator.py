@@ -8,7 +8,7 @@ import sys
 
 from ..emulator.faults import parse_fault
 from ..emulator.server import Emulator
-from ..emulator.settings import EmulatorSettings
+from ..emulator.settings import EmulatorSettings, describe_timing
 from ..errors import InputError
 from ..gcpause import gc_frozen
 
@@ -23,23 +23,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "With --profile the server twin of that profile (as `agentload simulate -p`) schedules the requests "
             "in real time: queueing, chunked prefill, prefix caching, preemption, and vLLM's /metrics. "
             "Otherwise, with --ttft/--itl every stream gets exactly those times, or a batching model "
-            "(--prefill-per-token, --decode-per-seq, --decode-base) decides them."
+            "(--prefill-per-token, --decode-per-seq, --decode-base) decides them, by default with the steps of "
+            "~ one H100 serving an 8B model on vLLM."
         ),
     )
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (the URL is printed)")
     parser.add_argument("--model", default="agentload-emulator", help="served model name")
-    parser.add_argument("--max-model-len", type=int, default=131072)
-    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--max-model-len", type=int, default=131072, metavar="TOKENS",
+                        help="longest prompt + output a request may have, as vLLM's --max-model-len")
+    parser.add_argument("--vocab-size", type=int, default=32000, metavar="N",
+                        help="the vocabulary size: a completions prompt's token ids must be below N")
     parser.add_argument("--profile", metavar="NAME|PATH",
                         help="server profile (preset name or YAML file) whose twin decides token times; "
                         "its max_model_len replaces --max-model-len")
     parser.add_argument("--ttft", type=float, help="fixed seconds to the first token")
     parser.add_argument("--itl", type=float, help="fixed seconds between tokens")
-    parser.add_argument("--prefill-per-token", type=float, default=0.0, help="step seconds per uncached prompt token")
-    parser.add_argument("--decode-per-seq", type=float, default=0.0, help="step seconds per running sequence")
-    parser.add_argument("--decode-base", type=float, default=0.0, help="fixed seconds of every step")
-    parser.add_argument("--max-num-seqs", type=int, default=1024)
+    default = EmulatorSettings()  # batched timing of ~ one H100 serving an 8B model (settings.DEFAULT_SERVER_CLASS)
+    parser.add_argument("--prefill-per-token", type=float, default=default.prefill_per_token,
+                        help=f"step seconds per uncached prompt token (default {default.prefill_per_token:.6f})")
+    parser.add_argument("--decode-per-seq", type=float, default=default.decode_per_seq,
+                        help=f"step seconds per running sequence (default {default.decode_per_seq:.6f})")
+    parser.add_argument("--decode-base", type=float, default=default.decode_base,
+                        help=f"fixed seconds of every step (default {default.decode_base:.6f}; all three 0, or "
+                        "--ttft 0 --itl 0: a zero-latency server)")
+    parser.add_argument("--max-num-seqs", type=int, default=1024, metavar="N",
+                        help="most requests in a batch (batching timing), as vLLM's --max-num-seqs")
     parser.add_argument("--block-size", type=int, default=16, help="prefix-cache block size in tokens")
     parser.add_argument(
         "--fault", action="append", default=[], metavar="KIND:RATE",
@@ -91,7 +100,8 @@ async def serve(settings: EmulatorSettings, host: str, port: int) -> None:
     """Run until cancelled, printing the URL once listening."""
     emulator = Emulator(settings)
     url = await emulator.start(host, port)
-    print(f"agentload emulator listening on {url}", flush=True)
+    # the URL stays the line's last word: `simulator.emulator.process` and scripts read it there
+    print(f"agentload emulator ({describe_timing(settings)}) listening on {url}", flush=True)
     try:
         with gc_frozen():  # its token times are what clients measure
             await asyncio.Event().wait()

@@ -1,4 +1,5 @@
-"""`agentload simulate SCENARIO --profile P`: predict a scenario on the server twin, print and save the summary."""
+"""`agentload simulate SCENARIO --profile P` (or a trace and flags instead of SCENARIO): predict a scenario on
+the server twin, print and save the summary; the exit code as `run`'s (`simulator.metrics.verdict`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import argparse
 
 from rich.console import Console
 
+from ._options import SIMULATE_EXIT_CODES, add_verdict_options
+from ._quick import add_scenario_options, load_scenario, save_if_asked
 from .report import add_output_options, write_outputs
 
 
@@ -15,21 +18,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict a scenario on the SimPy twin of a server profile (no server needed)",
         description="Replay a scenario's workload in simulated time on the server twin of a profile "
         "(a preset name or a profile YAML file) and write the same result folder and summary as "
-        "`agentload run`. The scenario's target and emulator settings are ignored.",
+        "`agentload run`. The scenario is a file, or a trace or workload model described by flags (--trace, "
+        "--rate, --concurrency, --burstiness, --slo, ...). The scenario's target and emulator settings are "
+        "ignored.",
+        epilog=SIMULATE_EXIT_CODES,
     )
-    parser.add_argument("scenario", help="scenario YAML file (see docs/scenario.md)")
+    add_scenario_options(parser, live=False)
     parser.add_argument("-p", "--profile", required=True, metavar="PROFILE",
-                        help="server profile: a preset name (see --list-profiles) or a YAML file")
-    parser.add_argument("-o", "--output", metavar="DIR", help="result folder (default: run.output/<name>-sim-<time>)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a scenario setting, e.g. --set run.max_tasks=5 (repeatable)")
+                        help="server profile: a preset name (list them with `agentload profiles`) or a YAML file")
+    parser.add_argument("-o", "--output", metavar="DIR",
+                        help="the result folder to write (default: RUN.OUTPUT/NAME-sim-YYYYmmdd-HHMMSS, i.e. "
+                        "results/<scenario name>-sim-<time>)")
     parser.add_argument("--approx-itl", action="store_true",
                         help="build the ITL histogram from each call's ITL mean (faster on big runs) "
                         "instead of every gap")
+    add_verdict_options(parser)
     add_output_options(parser, "RESULT_DIR/report.html")
     parser.set_defaults(func=simulate_command)
 
-    profiles = subparsers.add_parser("profiles", help="list the server-profile presets of the twin")
+    profiles = subparsers.add_parser(
+        "profiles", help="list the server-profile presets of the twin",
+        description="List the server-profile presets that `agentload simulate -p`, `calibrate -p`, a "
+        "scenario's emulator.profile and a study's twin configs take by name, with their description and "
+        "whether (and how well) they were calibrated against a real server.")
     profiles.set_defaults(func=profiles_command)
 
 
@@ -40,13 +51,15 @@ def simulate_command(args: argparse.Namespace) -> int:
     from .. import scenario as scenario_mod
     from ..task_run import driver_settings
     from ..live.runner import measurement_window, result_folder
+    from ..metrics.verdict import verdict
     from ..report.terminal import print_summary
     from ..sim.profile import load_profile
     from ..sim.runner import simulate_to_folder
 
     profile = load_profile(args.profile)
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = load_scenario(args, profile=args.profile)
     workload = scenario_mod.load_workload(scenario)
+    save_if_asked(args, scenario)
     output = args.output
     if not output:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -71,7 +84,11 @@ def simulate_command(args: argparse.Namespace) -> int:
                   f"{sim.steps} engine steps, {sim.preemptions} preemptions")
     console.print(f"profile {profile.name}: {sim.uncertainty}", highlight=False)
     write_outputs(args, [Path(folder)])
-    return 0
+    result = verdict(summary, max_failed_share=args.max_failed_share, fail_on_slo=args.fail_on_slo)
+    if result.reason:
+        console.print(f"agentload: {result.reason} (exit code {result.code})", highlight=False, soft_wrap=True,
+                      markup=False)
+    return result.code
 
 
 def profiles_command(args: argparse.Namespace) -> int:

@@ -27,40 +27,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run independent points (twin configs', the built-in emulator's) as Ray tasks at once "
                         "on the cluster at ADDRESS (default: RAY_ADDRESS, a local `ray start`, else a new local one); "
                         "the folder and study.json are as without. Needs pip install 'agentload[ray]'; see docs/study.md")
+    parser.add_argument("--fail-on-slo", action="store_true",
+                        help="exit with code 4 when a config missed the SLO at the ranking load (without a sweep: "
+                        "when no rate of its capacity search held)")
     add_output_options(parser, "STUDY_DIR/report.html")
     parser.set_defaults(func=study_command)
 
 
 def study_command(args: argparse.Namespace) -> int:
-    """Run the study, print its table; exit 1 when points failed, 130 when interrupted."""
-    import json
+    """Run the study, print its table; exit 1 when points failed, 4 with --fail-on-slo when a config
+    missed the SLO, 130 when interrupted."""
     from pathlib import Path
 
     from rich.console import Console
 
     from ..metrics import results
+    from ..metrics.verdict import SLO_MISSED
+    from ..report.study_terminal import print_study
     from ..report.terminal import output_console
     from ..study import schema
-    from ..study.result import study_json
+    from ..study.model import STUDY_FILE
+    from ..study.result import build
     from ..study.runner import StudyRunner
-    from ..study.table import print_study
+    from ..study.verdict import slo_misses
 
     spec = schema.load(args.study, args.overrides)
     folder = Path(args.output or spec.output or Path("results") / spec.display_name())
     runner = StudyRunner(spec, folder, twin_only=args.twin, ray=args.ray)
     console = Console(stderr=True)
-    console.print(f"agentload study {spec.display_name()}: {len(runner.configs)} configs; folder {folder}")
+    console.print(f"agentload study {spec.display_name()}: {len(runner.configs)} configs; folder {folder}",
+                  highlight=False, soft_wrap=True)
+    for note in spec.notes:
+        console.print(f"agentload: note: {note}", highlight=False, soft_wrap=True)
 
     def write(r: StudyRunner) -> None:
-        results.write_json(folder, "study.json", study_json(r))
+        results.write_json(folder, STUDY_FILE, build(r).model_dump(mode="json"))
 
     try:
         runner.run(write)
     except KeyboardInterrupt:
         console.print(f"agentload: study interrupted; finished points kept in {folder} (run it again to go on)")
         return 130
-    study = json.loads((folder / "study.json").read_text())
+    study = build(runner)
     print_study(study, output_console())
-    print(f"study.json: {folder / 'study.json'}")
+    print(f"study.json: {folder / STUDY_FILE}")
     write_outputs(args, [folder])
-    return 1 if study["failed_points"] else 0
+    if study.failed_points:
+        return 1
+    if args.fail_on_slo:
+        missed = slo_misses(study)
+        if missed:
+            console.print("agentload: SLO missed: " + "; ".join(missed) + f" (exit code {SLO_MISSED})",
+                          highlight=False, soft_wrap=True, markup=False)
+            return SLO_MISSED
+    return 0

@@ -15,22 +15,40 @@ from ..workload import Workload
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `trace` command group."""
-    parser = subparsers.add_parser("trace", help="inspect, convert and compare traces")
+    parser = subparsers.add_parser(
+        "trace", help="inspect, convert and compare traces",
+        description="Look at recorded traces of any supported format (detected from content): what they hold "
+        "(inspect), the same as agentload's native JSONL (convert), and how closely one resembles another "
+        "(compare). See docs/trace-format.md.")
     sub = parser.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
 
-    inspect = sub.add_parser("inspect", help="counts, distributions, prefix reuse and arrivals of a trace")
+    inspect = sub.add_parser(
+        "inspect", help="counts, distributions, prefix reuse and arrivals of a trace",
+        description="Read traces as one workload and print its counts (tasks, calls, sub-tasks), the "
+        "distributions of calls per task, input, appended and output tokens, gaps and task duration "
+        "(mean, p50, p90, p99, max), the share of input tokens served from prefix blocks seen before "
+        "(within a task and across tasks), and the arrivals: span, rate, the inter-arrival coefficient of "
+        "variation and the index of dispersion over 1 s, 10 s and 60 s.")
     inspect.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (read as one workload)")
     add_input_options(inspect)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=_inspect)
 
-    convert = sub.add_parser("convert", help="write traces in the native JSONL format")
+    convert = sub.add_parser(
+        "convert", help="write traces in the native JSONL format",
+        description="Read traces of any supported format (merged into one workload) and write them as one "
+        "native JSONL file (docs/trace-format.md), which every command reads fastest; what the importer "
+        "noted (records joined into sessions, records skipped) is printed.")
     convert.add_argument("paths", nargs="+", metavar="IN", help="trace files or folders (merged into one output)")
-    convert.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="native file to write")
+    convert.add_argument("-o", "--output", required=True, metavar="FILE", help="the native JSONL file to write")
     add_input_options(convert)
     convert.set_defaults(func=_convert)
 
-    compare = sub.add_parser("compare", help="how closely trace B resembles trace A (KS distances, ratios B/A)")
+    compare = sub.add_parser(
+        "compare", help="how closely trace B resembles trace A (KS distances, ratios B/A)",
+        description="Compare two workloads marginal by marginal: the Kolmogorov-Smirnov distance and the ratio "
+        "B/A of percentiles of calls per task, tokens, gaps and task duration, and the ratios of the arrivals' "
+        "dispersion; e.g. a generated workload against the trace its model was fitted to.")
     compare.add_argument("a", metavar="A", help="reference trace (file or folder)")
     compare.add_argument("b", metavar="B", help="trace compared with A")
     compare.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
@@ -51,7 +69,8 @@ class _Formats:
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that reads traces: format, bad records, append-only prefixes."""
-    parser.add_argument("--format", choices=_Formats(), default=None, help="trace format (default: detect)")
+    parser.add_argument("--format", choices=_Formats(), default=None, metavar="FORMAT",
+                        help="trace format, one of %(choices)s (default: detected from content)")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="bad records: stop or skip")
     _append_only_option(parser)
 

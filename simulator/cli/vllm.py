@@ -11,17 +11,27 @@ from ..live.vllm import ServerError, VLLMServer, build_tiny_model
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `vllm tiny-model` and `vllm serve`."""
-    parser = subparsers.add_parser("vllm", help="a local vLLM server (CPU build) and its tiny test model")
+    parser = subparsers.add_parser(
+        "vllm", help="a local vLLM server (CPU build) and its tiny test model",
+        description="A real vLLM server on this machine, from vLLM's CPU build in its own environment "
+        "($AGENTLOAD_VLLM_VENV, else .vllm-venv): tiny-model builds a tiny random-weight Llama to serve, "
+        "serve runs vLLM's OpenAI-compatible server in the foreground. The integration tests use the same.")
     sub = parser.add_subparsers(dest="vllm_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
-    tiny = sub.add_parser("tiny-model", help="build a tiny random-weight Llama into DIR")
-    tiny.add_argument("dir", help="output folder")
+    tiny = sub.add_parser(
+        "tiny-model", help="build a tiny random-weight Llama into DIR",
+        description="Build a tiny Llama with random weights and its tokenizer (vocabulary 1024) into DIR, with "
+        "the vLLM environment's Python; prints the folder. A folder that holds a build is kept unless --force.")
+    tiny.add_argument("dir", metavar="DIR", help="output folder")
     tiny.add_argument("--python", help="python of the vLLM environment (default: $AGENTLOAD_VLLM_VENV or .vllm-venv)")
     tiny.add_argument("--force", action="store_true", help="rebuild even when DIR holds a build")
     tiny.set_defaults(func=_tiny_model)
 
-    serve = sub.add_parser("serve", help="run vLLM's OpenAI server on a loopback port until interrupted")
+    serve = sub.add_parser(
+        "serve", help="run vLLM's OpenAI server on a loopback port until interrupted",
+        description="Start vLLM's OpenAI-compatible server for a local model folder on 127.0.0.1, wait for "
+        "/health, print its URL and log file, and keep it running until Ctrl-C or SIGTERM.")
     serve.add_argument("--model", required=True, help="local model folder (e.g. one built by tiny-model)")
     serve.add_argument("--port", type=int, help="port (default: a free one)")
     serve.add_argument("--python", help="python of the vLLM environment (default: $AGENTLOAD_VLLM_VENV or .vllm-venv)")

@@ -6,21 +6,39 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 
+DEFAULT_PREFILL_PER_TOKEN = 0.00005
+"""Default batched timing: 50 µs a prompt token, prefill at 20,000 tokens/s (`DEFAULT_SERVER_CLASS`)."""
+DEFAULT_DECODE_BASE = 0.008
+"""Default batched timing: 8 ms of every step (reading the weights of an 8B model once a step)."""
+DEFAULT_DECODE_PER_SEQ = 0.0001
+"""Default batched timing: 0.1 ms a running sequence (its KV cache and sampling) in every step."""
+DEFAULT_SERVER_CLASS = "~ one H100 serving an 8B model on vLLM"
+"""The server the default batched timing stands for. Its steps: vLLM's CI latency benchmark runs
+Llama-3.1-8B on one H200 in batches of 8 (32 tokens in, 128 out) in 833 ms, 6.5 ms a step; decoding is
+bound by memory bandwidth, and an H100 SXM has 3.35 TB/s to the H200's 4.8, so ~9 ms a step at a batch
+of 8 (the default: 8 + 8 x 0.1 = 8.8 ms). Its prefill: an 8B model computes ~16 GFLOP a token, ~25,000
+tokens/s at 40% of an H100's 989 dense BF16 TFLOPS before attention; agent prompts of tens of thousands
+of tokens add attention, hence 20,000 tokens/s. No context-length term and no KV-cache limit: a
+calibrated profile (`profile`) models those."""
+
+
 @dataclass(frozen=True)
 class EmulatorSettings:
     """How the emulator behaves. With `profile` set, the server twin of that profile decides token
-    times; otherwise with `ttft` or `itl` set timing is fixed, and with neither it is batched."""
+    times; otherwise with `ttft` or `itl` set timing is fixed, and with neither it is batched, by
+    default with the coefficients of `DEFAULT_SERVER_CLASS` (zero timing, `ttft: 0, itl: 0`, is a
+    zero-latency server, and is said so)."""
 
     model: str = "agentload-emulator"
     max_model_len: int = 131072
     vocab_size: int = 32000
     ttft: Optional[float] = None
     itl: Optional[float] = None
-    prefill_per_token: float = 0.0
+    prefill_per_token: float = DEFAULT_PREFILL_PER_TOKEN
     """Seconds of a step per uncached prompt token admitted in it (batched timing)."""
-    decode_per_seq: float = 0.0
+    decode_per_seq: float = DEFAULT_DECODE_PER_SEQ
     """Seconds of a step per running sequence (batched timing)."""
-    decode_base: float = 0.0
+    decode_base: float = DEFAULT_DECODE_BASE
     """Fixed seconds of every step (batched timing)."""
     max_num_seqs: int = 1024
     block_size: int = 16
@@ -40,6 +58,78 @@ class EmulatorSettings:
     """A server profile (preset name or YAML path): the server twin of `simulator.sim` decides token
     times in real time (`simulator.emulator.twin_timing`), and its `max_model_len` and prefix cache
     apply; the batching and fixed-timing settings are then unused."""
+
+
+def from_values(values: dict[str, Any]) -> EmulatorSettings:
+    """The settings a scenario's `emulator` section gives (checked by `check`; `host` and `port` are
+    where it listens, no setting)."""
+    return EmulatorSettings(**{name: value for name, value in values.items() if name not in ("host", "port")})
+
+
+def timing_kind(settings: EmulatorSettings) -> str:
+    """Which timing model the settings ask for: ``profile``, ``fixed`` or ``batched``."""
+    if settings.profile is not None:
+        return "profile"
+    if settings.ttft is not None or settings.itl is not None:
+        return "fixed"
+    return "batched"
+
+
+def is_default_timing(settings: EmulatorSettings) -> bool:
+    """True when the settings run batched timing with the default coefficients (`DEFAULT_SERVER_CLASS`)."""
+    return timing_kind(settings) == "batched" and (
+        settings.prefill_per_token, settings.decode_per_seq, settings.decode_base) == (
+        DEFAULT_PREFILL_PER_TOKEN, DEFAULT_DECODE_PER_SEQ, DEFAULT_DECODE_BASE)
+
+
+def is_zero_latency(settings: EmulatorSettings) -> bool:
+    """True when the emulator answers at once: fixed timing of zero, or batched timing with every
+    coefficient zero. Its figures then measure agentload and the machine, not a server."""
+    kind = timing_kind(settings)
+    if kind == "fixed":
+        return not settings.ttft and not settings.itl
+    if kind == "batched":
+        return not (settings.prefill_per_token or settings.decode_per_seq or settings.decode_base)
+    return False
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds as plain digits (never scientific notation), up to the microsecond."""
+    return f"{1000 * seconds:.3f}".rstrip("0").rstrip(".")
+
+
+def describe_timing(settings: EmulatorSettings) -> str:
+    """One line on what timing the emulator runs, for the run's banner, run.json and reports."""
+    kind = timing_kind(settings)
+    if kind == "profile":
+        return f"profile {settings.profile} (its server twin in real time)"
+    if kind == "fixed":
+        text = f"fixed TTFT {_ms(settings.ttft or 0.0)} ms, ITL {_ms(settings.itl or 0.0)} ms"
+        return text + ": a zero-latency server" if is_zero_latency(settings) else text
+    if is_zero_latency(settings):
+        return "batched timing with every coefficient 0: a zero-latency server"
+    prefill = (f"prefill {1 / settings.prefill_per_token:,.0f} tokens/s" if settings.prefill_per_token
+               else "prefill free")
+    steps = (f"steps of {_ms(settings.decode_base)} ms + {_ms(settings.decode_per_seq)} ms a running sequence, "
+             f"{prefill}")
+    if is_default_timing(settings):
+        return f"default timing, {DEFAULT_SERVER_CLASS}: {steps}"
+    return f"batched timing: {steps}"
+
+
+def timing_record(settings: EmulatorSettings) -> dict[str, Any]:
+    """What timing the emulator ran, as run.json keeps it (`describe_timing`'s line under ``text``)."""
+    kind = timing_kind(settings)
+    record: dict[str, Any] = {"kind": kind, "text": describe_timing(settings)}
+    if kind == "profile":
+        record["profile"] = settings.profile
+    elif kind == "fixed":
+        record.update(ttft=settings.ttft or 0.0, itl=settings.itl or 0.0)
+    else:
+        record.update(prefill_per_token=settings.prefill_per_token, decode_per_seq=settings.decode_per_seq,
+                      decode_base=settings.decode_base, default=is_default_timing(settings))
+    record["zero_latency"] = is_zero_latency(settings)
+    return record
 
 
 _POSITIVE_INTS = ("max_model_len", "vocab_size", "max_num_seqs", "block_size", "cache_blocks")

@@ -26,10 +26,22 @@ Sections = Callable[[], Mapping[str, Any]]
 """The sections a runner adds to the summary, by `Summary` field name (from what it kept of the run)."""
 
 
-def planned_counts(workload: Workload) -> dict[str, int]:
-    """The workload's counts, as run.json and the summary's accounting hold them."""
-    tasks, calls, subtasks = workload.counts()
-    return {"tasks": tasks, "calls": calls, "subtasks": subtasks}
+def planned_counts(workload: Workload, window: Window = Window(), duration: Optional[float] = None) -> dict[str, Any]:
+    """What the run means to do, as run.json and the summary's accounting hold it: the top-level tasks
+    it will start (those arriving before `duration`, the run's `run.duration`, when set), their calls
+    and sub-tasks, and `judged`: those tasks whose intended arrival is in the measurement `window` (in
+    all and by task class), the tasks that a task SLO and the tasks' shares count."""
+    calls = subtasks = 0
+    by_class: dict[str, int] = {}
+    tasks = [t for t in workload.tasks if duration is None or t.arrival < duration]
+    for task in tasks:
+        if window.contains(task.arrival):
+            by_class[task.task_class] = by_class.get(task.task_class, 0) + 1
+        for part in task.walk():
+            calls += len(part.calls)
+            subtasks += len(part.subtasks)
+    return {"tasks": len(tasks), "calls": calls, "subtasks": subtasks, "judged": sum(by_class.values()),
+            "judged_by_class": dict(sorted(by_class.items()))}
 
 
 RUN_KEYS_OUTSIDE_FINGERPRINT = ("output", "scrape_interval", "workers")

@@ -14,6 +14,7 @@ only when it was set: a summary dumps to the keys it was built or loaded with.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Self
 
@@ -26,7 +27,7 @@ from ..errors import InputError
 from .records import CallRecord, TaskRecord
 from .results import Window
 from .slo import PERCENTILE_KEYS, PercentileTarget, Slo
-from .tally import RunTally
+from .tally import RunTally, TaskCounts
 
 SUMMARY_VERSION = 1
 
@@ -115,10 +116,15 @@ class Breakdown(Figures):
 
 
 class TaskClassFigures(Figures):
-    """The counted tasks of one task class."""
+    """The judged tasks of one task class (see `TaskFigures`)."""
 
+    judged: Optional[int] = None
+    """Tasks of this class the run meant to start whose arrival is in the window (None: not known,
+    a run.json from before this figure)."""
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
+    not_started: Optional[int] = None
     throughput_per_hour: float = 0.0
     completion_time_s: TimeStats = TimeStats()
     goodput_per_hour: Optional[float] = None
@@ -126,26 +132,46 @@ class TaskClassFigures(Figures):
 
 
 class TaskFigures(Figures):
-    """The top-level tasks: counts, throughput, completion time, its breakdown, per class, goodput."""
+    """The top-level tasks. Counts are of the *judged* tasks: the tasks the run meant to start whose
+    intended arrival is in the measurement window; each ended one way: ``judged = completed + failed +
+    cancelled + interrupted + not_started``. Rates are per hour of the run's `Summary.duration` (from the
+    window's start to the last counted end, the tail after the last arrival included)."""
 
+    judged: Optional[int] = None
+    """Tasks the run meant to start (arriving before `run.duration`) whose arrival is in the window:
+    what a task SLO and `slo_met_share` count (None: not known, a run.json from before this figure)."""
     completed: int = 0
+    """Ended with every call done."""
     failed: int = 0
+    """Ended early because a call failed (after its retries)."""
     cancelled: int = 0
+    """Cut off by `run.drain` or a stop signal while running."""
+    interrupted: Optional[int] = None
+    """Started but never ended (a killed run's summary rebuilt from its records)."""
+    not_started: Optional[int] = None
+    """Judged tasks never started: the run stopped (a signal, the drain limit) before their arrival."""
     finished_all: int = 0
     """Top-level tasks that ended, inside the window or not."""
     sub_tasks_finished: int = 0
     excluded_by_window: int = 0
+    """Top-level tasks that ended but arrived outside the window (warm-up, cool-down)."""
     throughput_per_hour: float = 0.0
+    """Completed tasks per hour of the run's duration."""
     completion_time_s: TimeStats = TimeStats()
+    """Of the completed tasks, seconds from intended arrival to the last byte."""
     breakdown_s: Breakdown = Breakdown()
     by_class: dict[str, TaskClassFigures] = {}
     planned: Optional[int] = None
-    not_started: Optional[int] = None
-    interrupted: Optional[int] = None
-    """Top-level tasks started but never ended (a killed run's summary rebuilt from its records)."""
+    """Top-level tasks the run meant to start, in the window or not."""
     goodput_per_hour: Optional[float] = None
+    """Tasks completed within the task SLO's per-item bound, per hour of the run's duration."""
     slo_met_share: Optional[float] = None
-    """Share of the counted tasks completed within the task SLO's per-item bound."""
+    """Share of the judged tasks completed within the task SLO's per-item bound."""
+
+    @property
+    def not_completed(self) -> int:
+        """Judged tasks that did not complete: failed, cancelled, interrupted or never started."""
+        return self.failed + self.cancelled + (self.interrupted or 0) + (self.not_started or 0)
 
 
 class PercentileCheck(Figures):
@@ -153,7 +179,8 @@ class PercentileCheck(Figures):
 
     bound: float = 0.0
     measured: Optional[float] = None
-    """None when nothing was measured."""
+    """None when nothing was measured, or (task time) when the percentile falls among tasks that never
+    completed, which count as slower than any bound."""
     met: bool = False
 
 
@@ -163,6 +190,11 @@ class TargetCheck(Figures):
     percentiles: dict[str, PercentileCheck] = {}
     item_bound: float = 0.0
     met: bool = False
+    judged: Optional[int] = None
+    """Task time: the tasks judged, completed or not (None for the per-call targets)."""
+    not_completed: Optional[int] = None
+    """Task time: judged tasks that did not complete (failed, cancelled, interrupted, never started);
+    each counts as slower than any bound."""
 
 
 class SloFigures(Figures):
@@ -293,29 +325,34 @@ def summarize(
     itl: Optional[HdrHistogram] = None,
     window: Window = Window(),
     slo: Slo = Slo(),
-    planned: Optional[Mapping[str, int]] = None,
+    planned: Optional[Mapping[str, Any]] = None,
     partial: bool = False,
     stop_reason: str = "completed",
+    started: Optional[int] = None,
 ) -> tuple[Summary, dict[str, HdrHistogram]]:
     """(summary, histograms by name) of these records, in one pass over them (`RunTally`). `planned`
-    holds the workload's counts (tasks, calls, subtasks); without the live `itl` histogram, ITL is
-    approximated from each call's mean gap."""
+    holds the workload's counts (`simulator.metrics.folder.planned_counts`); without the live `itl`
+    histogram, ITL is approximated from each call's mean gap; `started`: see `from_tally`."""
     tally = RunTally(window, slo).feed(calls, tasks)
-    return from_tally(tally, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason)
+    return from_tally(tally, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason, started=started)
 
 
 def from_tally(
     tally: RunTally,
     *,
     itl: Optional[HdrHistogram] = None,
-    planned: Optional[Mapping[str, int]] = None,
+    planned: Optional[Mapping[str, Any]] = None,
     partial: bool = False,
     stop_reason: str = "completed",
+    started: Optional[int] = None,
 ) -> tuple[Summary, dict[str, HdrHistogram]]:
-    """(summary, histograms by name) of the records a tally has counted."""
+    """(summary, histograms by name) of the records a tally has counted. `started`: the top-level tasks
+    the run had started, when it ended without writing its summary (progress.json): those without a
+    record were interrupted."""
     hist = tally.histograms(itl)
     duration = tally.duration
     total_in, total_out = tally.input_tokens, tally.output_tokens
+    tasks = _task_figures(tally, hist, planned, started)
     summary = Summary(
         agentload_summary=SUMMARY_VERSION, partial=partial, stop_reason=stop_reason,
         duration=duration, window=tally.window,
@@ -327,8 +364,8 @@ def from_tally(
         client_lag_ms=ClientLag.pick(H.stats_ms(hist["client_lag"])),
         errors=dict(tally.errors.most_common()),
         calls=_call_accounting(tally, planned),
-        tasks=_task_figures(tally, hist, planned),
-        slo=_slo_figures(tally, hist),
+        tasks=tasks,
+        slo=_slo_figures(tally, hist, tasks),
     )
     if tally.cached_tokens is not None:
         summary.total_cached_tokens = tally.cached_tokens
@@ -345,7 +382,7 @@ def _per_hour(n: float, duration: float) -> float:
     return n * 3600 / duration if duration > 0 else 0.0
 
 
-def _call_accounting(tally: RunTally, planned: Optional[Mapping[str, int]]) -> CallAccounting:
+def _call_accounting(tally: RunTally, planned: Optional[Mapping[str, Any]]) -> CallAccounting:
     accounting = CallAccounting(
         attempts=tally.attempts,
         ok=tally.calls_ok,
@@ -363,8 +400,10 @@ def _time_stats(h: HdrHistogram) -> TimeStats:
     return TimeStats.pick({k: v / 1000 for k, v in H.stats_ms(h).items()})
 
 
-def _task_figures(tally: RunTally, hist: dict[str, HdrHistogram], planned: Optional[Mapping[str, int]]) -> TaskFigures:
+def _task_figures(tally: RunTally, hist: dict[str, HdrHistogram], planned: Optional[Mapping[str, Any]],
+                  started: Optional[int]) -> TaskFigures:
     counts, duration = tally.all_tasks, tally.duration
+    judged_by_class = (planned or {}).get("judged_by_class") or {}
     figures = TaskFigures(
         completed=counts.ok,
         failed=counts.failed,
@@ -375,23 +414,37 @@ def _task_figures(tally: RunTally, hist: dict[str, HdrHistogram], planned: Optio
         throughput_per_hour=_per_hour(counts.ok, duration),
         completion_time_s=_time_stats(hist["task_completion"]),
         breakdown_s=_breakdown(tally.breakdown, counts.ok),
-        by_class={name: _class_figures(tally.by_class[name], hist[f"task_completion[{name}]"], tally)
-                  for name in sorted(tally.by_class)},
+        by_class={name: _class_figures(tally.by_class.get(name), hist.get(f"task_completion[{name}]"), tally,
+                                       judged_by_class.get(name))
+                  for name in sorted(set(tally.by_class) | set(judged_by_class))},
     )
+    if started is not None:
+        figures.interrupted = max(0, started - tally.top_finished)
     if planned is not None:
         figures.planned = planned.get("tasks", 0)
-        figures.not_started = max(0, figures.planned - tally.top_finished)
+        judged = planned.get("judged")
+        if judged is None:  # a run.json from before `judged`: known only when the window holds every task
+            whole = tally.window.start <= 0 and tally.window.end is None
+            judged = figures.planned if whole else counts.counted + (figures.interrupted or 0)
+        figures.judged = max(judged, counts.counted)
+        figures.not_started = max(0, figures.judged - counts.counted - (figures.interrupted or 0))
     if tally.slo.task_s is not None:
         figures.goodput_per_hour = _per_hour(counts.within_bound, duration)
-        figures.slo_met_share = counts.within_bound / counts.counted if counts.counted else 0.0
+        judged = figures.judged if figures.judged is not None else counts.counted
+        figures.slo_met_share = counts.within_bound / judged if judged else 0.0
     return figures
 
 
-def _class_figures(counts: Any, completion: HdrHistogram, tally: RunTally) -> TaskClassFigures:
+def _class_figures(counts: Any, completion: Optional[HdrHistogram], tally: RunTally,
+                   judged: Optional[int]) -> TaskClassFigures:
     duration = tally.duration
-    figures = TaskClassFigures(completed=counts.ok, failed=counts.counted - counts.ok,
+    counts = counts if counts is not None else TaskCounts()
+    figures = TaskClassFigures(completed=counts.ok, failed=counts.failed, cancelled=counts.cancelled,
                                throughput_per_hour=_per_hour(counts.ok, duration),
-                               completion_time_s=_time_stats(completion))
+                               completion_time_s=_time_stats(completion if completion is not None else counts.completion))
+    if judged is not None:
+        figures.judged = max(judged, counts.counted)
+        figures.not_started = figures.judged - counts.counted
     if tally.slo.task_s is not None:
         figures.goodput_per_hour = _per_hour(counts.within_bound, duration)
     return figures
@@ -410,15 +463,20 @@ def _breakdown(sums: Any, n: int) -> Breakdown:
                      client_lag=lag, other=max(0.0, total - in_calls - gaps - lag))
 
 
-def _slo_figures(tally: RunTally, hist: dict[str, HdrHistogram]) -> SloFigures:
-    """Per target: each percentile measured against its bound; per call: shares meeting TTFT/TPOT."""
+def _slo_figures(tally: RunTally, hist: dict[str, HdrHistogram], tasks: TaskFigures) -> SloFigures:
+    """Per target: each percentile measured against its bound (task time over every judged task, those
+    that did not complete counted as slower than any bound); per call: shares meeting TTFT/TPOT."""
     figures = SloFigures()
     slo = tally.slo
-    for name, target, h, us_per_unit in (("ttft_ms", slo.ttft_ms, hist["ttft"], 1000.0),
-                                         ("tpot_ms", slo.tpot_ms, hist["tpot"], 1000.0),
-                                         ("task_s", slo.task_s, hist["task_completion"], 1e6)):
-        if target is not None:
-            setattr(figures, name, _target_check(target, h, us_per_unit))
+    if slo.ttft_ms is not None:
+        figures.ttft_ms = _target_check(slo.ttft_ms, hist["ttft"], 1000.0)
+    if slo.tpot_ms is not None:
+        figures.tpot_ms = _target_check(slo.tpot_ms, hist["tpot"], 1000.0)
+    if slo.task_s is not None:
+        missing = tasks.not_completed
+        figures.task_s = _target_check(slo.task_s, hist["task_completion"], 1e6, missing)
+        figures.task_s.judged = tasks.completed + missing
+        figures.task_s.not_completed = missing
     if slo.ttft_ms or slo.tpot_ms:
         # the shares of the window's completed calls within the per-call bounds; a call without a
         # TPOT (one output token) meets any TPOT bound
@@ -432,10 +490,15 @@ def _slo_figures(tally: RunTally, hist: dict[str, HdrHistogram]) -> SloFigures:
     return figures
 
 
-def _target_check(target: PercentileTarget, h: HdrHistogram, us_per_unit: float) -> TargetCheck:
+def _target_check(target: PercentileTarget, h: HdrHistogram, us_per_unit: float, missing: int = 0) -> TargetCheck:
+    """Each percentile of `target` over the items in `h` and `missing` items that never ended (slower
+    than any bound): the q-th percentile of all n + missing items is the histogram's percentile
+    q * (n + missing) / n, or, past 100, one of the missing (not measured, and missed)."""
     checks = {}
+    n = h.get_total_count()
     for key, bound in target.bounds().items():
-        measured = h.get_value_at_percentile(PERCENTILE_KEYS[key]) / us_per_unit if h.get_total_count() else None
+        q = PERCENTILE_KEYS[key] * (n + missing) / n if n else math.inf
+        measured = h.get_value_at_percentile(q) / us_per_unit if q <= 100 else None
         checks[key] = PercentileCheck(bound=bound, measured=measured, met=measured is not None and measured <= bound)
     return TargetCheck(percentiles=checks, item_bound=target.item_bound(), met=all(c.met for c in checks.values()))
 
@@ -456,26 +519,17 @@ def rebuild(folder: Path) -> tuple[Summary, dict[str, HdrHistogram]]:
     itl = None
     if (folder / results.HISTOGRAMS_FILE).exists():
         itl = H.load(folder / results.HISTOGRAMS_FILE).get("itl")
+    progress = results.read_json(folder, results.PROGRESS_FILE) or {}
+    started = progress.get("tasks_started")
     summary, hists = summarize(
         results.iter_calls(folder), results.iter_tasks(folder), itl=itl,
         window=Window(win.get("start", 0.0), win.get("end")), slo=slo, planned=info.get("planned"),
         partial=True, stop_reason="rebuilt from records (no summary.json)",
+        started=started if isinstance(started, int) and not isinstance(started, bool) else None,
     )
-    _count_interrupted(summary.tasks, results.read_json(folder, results.PROGRESS_FILE))
     summary.scenario = info.get("scenario", folder.name)
     summary.result_dir = str(folder)
     return summary, hists
-
-
-def _count_interrupted(tasks: TaskFigures, progress: Optional[Mapping[str, Any]]) -> None:
-    """A run that ended without its summary (killed) left tasks started and never ended: those the
-    run had started (progress.json) less those with a record are interrupted, not 'not started'."""
-    started = (progress or {}).get("tasks_started")
-    if not isinstance(started, int) or isinstance(started, bool):
-        return
-    tasks.interrupted = max(0, started - tasks.finished_all)
-    if tasks.planned is not None:
-        tasks.not_started = max(0, tasks.planned - tasks.finished_all - tasks.interrupted)
 
 
 def load_summary(folder: Path) -> Summary:

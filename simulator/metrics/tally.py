@@ -34,7 +34,7 @@ OTHER_MESSAGES = "(further distinct messages)"
 
 
 @dataclass
-class _Completions:
+class TaskCounts:
     """The top-level tasks of one class (or of all) whose arrival is in the window."""
 
     counted: int = 0
@@ -89,8 +89,8 @@ class RunTally:
         # tasks
         self.tasks_finished = 0
         self.top_finished = 0
-        self.all_tasks = _Completions()
-        self.by_class: dict[str, _Completions] = {}
+        self.all_tasks = TaskCounts()
+        self.by_class: dict[str, TaskCounts] = {}
         self.breakdown = _Breakdown()
 
     # --- feeding it --------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ class RunTally:
         self._end(record.end)
         group = self.by_class.get(record.task_class)
         if group is None:
-            group = self.by_class[record.task_class] = _Completions()
+            group = self.by_class[record.task_class] = TaskCounts()
         completion = record.completion_time
         for counts in (self.all_tasks, group):
             counts.counted += 1

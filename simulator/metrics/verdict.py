@@ -17,6 +17,7 @@ The exit codes of `agentload run` (docs/scenario.md, "Exit codes"):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -49,17 +50,31 @@ def failed_share(summary: Summary) -> float:
 
 
 def missed_targets(summary: Summary) -> list[str]:
-    """The SLO targets the run missed, each as 'ttft_ms p99 812.0 > 500' (nothing measured: 'none')."""
+    """The SLO targets the run missed, each as 'ttft_ms p99 812.0 > 500' ('task_s p90 not reached: 6 of 17
+    tasks did not complete' when the percentile falls among them; 'none measured' when nothing was)."""
     missed = []
     for name in ("ttft_ms", "tpot_ms", "task_s"):
         target = getattr(summary.slo, name)
         if target is None or target.met:
             continue
         for key, check in target.percentiles.items():
-            if not check.met:
-                measured = "none measured" if check.measured is None else f"{check.measured:.6g}"
-                missed.append(f"{name} {key} {measured} > {check.bound:g}")
+            if check.met:
+                continue
+            if check.measured is not None:
+                missed.append(f"{name} {key} {check.measured:.6g} > {check.bound:g}")
+            elif target.not_completed:
+                missed.append(f"{name} {key} not reached: {target.not_completed} of {target.judged} tasks did "
+                              f"not complete (bound {check.bound:g})")
+            else:
+                missed.append(f"{name} {key} none measured (bound {check.bound:g})")
     return missed
+
+
+def _share(value: float) -> str:
+    """A share as a plain decimal with the digits it needs (never in exponent form): 0.0123, 0.000004."""
+    if value <= 0 or value >= 0.01:
+        return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
+    return f"{value:.{2 - math.floor(math.log10(value)) + 1}f}".rstrip("0")
 
 
 def verdict(summary: Summary, *, max_failed_share: float = DEFAULT_MAX_FAILED_SHARE, fail_on_slo: bool = False,
@@ -75,8 +90,9 @@ def verdict(summary: Summary, *, max_failed_share: float = DEFAULT_MAX_FAILED_SH
         if summary.error_messages:
             first = summary.error_messages[0]
             top = f"; most frequent: {first.error_class}: {first.message} ({first.count}x)"
-        return Verdict(CALLS_FAILED, f"{calls.failed_attempts} of {calls.attempts - calls.cancelled} call attempts "
-                                     f"failed (a share of {share:.4g} > --max-failed-share {max_failed_share:g}){top}")
+        return Verdict(CALLS_FAILED, f"{calls.failed_attempts:,} of {calls.attempts - calls.cancelled:,} call attempts "
+                                     f"failed (a share of {_share(share)} > --max-failed-share "
+                                     f"{_share(max_failed_share)}){top}")
     if fail_on_slo:
         missed = missed_targets(summary)
         if missed:

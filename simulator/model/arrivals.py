@@ -94,6 +94,13 @@ class GammaRenewal(_Process):
         return GammaRenewal(shape=self.shape, scale=self.scale / factor)
 
 
+def gamma_renewal(rate: float, burstiness: float) -> GammaRenewal:
+    """Arrivals at `rate` tasks per second whose gaps have the gamma shape `burstiness`, as `vllm bench
+    serve --burstiness` defines it: 1 is Poisson, lower is burstier (the gaps' coefficient of variation
+    is 1 / sqrt(burstiness)), higher is more even."""
+    return GammaRenewal(shape=burstiness, scale=1.0 / (rate * burstiness))
+
+
 class MMPP2(_Process):
     """Two-state Markov-modulated Poisson process, its state tracked at arrivals."""
 

@@ -29,6 +29,7 @@ from ..errors import InputError
 from ..gcpause import gc_paused
 from ..traces import native
 from ..workload import DEFAULT_CLASS, Call, Provenance, SubTask, Task, Workload
+from .arrivals import GammaRenewal, gamma_renewal
 from .fit import START, UNKNOWN
 from .schema import Cell, Structure, WorkloadModel
 
@@ -509,6 +510,16 @@ class _Plan:
                     yield next(built[c])
 
 
+def _gamma_times(process: GammaRenewal, shares: list[float], names: list[str], rng: np.random.Generator,
+                 tasks: Optional[int], duration: Optional[float]) -> dict[str, np.ndarray]:
+    """Arrival times per class from one `process` for all classes together (`tasks` of them, or all
+    within `duration`), each arrival's class drawn by `shares`: the stream as a whole has the process's
+    burstiness, which independent processes per class would smooth out."""
+    together = process.sample(rng, n=tasks) if tasks is not None else process.sample(rng, duration=duration)
+    which = rng.choice(len(names), size=len(together), p=np.asarray(shares) / sum(shares))
+    return {name: together[which == c] for c, name in enumerate(names)}
+
+
 def _start_order(times: list[np.ndarray]) -> np.ndarray:
     """Run the SimPy arrival model: per class, an arrival process that starts a task process at each of
     `times[c]` (sorted). Returns the class of each task process in the order they started (tasks
@@ -540,32 +551,46 @@ def _plan(
     duration: Optional[float] = None,
     seed: int = 0,
     rate: Optional[float] = None,
+    burstiness: Optional[float] = None,
     source: str = "<model>",
 ) -> _Plan:
     """Draw a workload: `tasks` tasks, or every task arriving within `duration` seconds.
 
     `rate` (tasks per second, all classes together) replaces the fitted mean rate, keeping each
-    process's burstiness; it is required when a class's arrivals come from the user."""
+    process's burstiness; it is required when a class's arrivals come from the user. `burstiness`
+    replaces the fitted processes by one gamma renewal process of that shape for all classes together
+    (`arrivals.gamma_renewal`), at `rate` or the fitted rates' sum; each arrival's class is drawn by
+    the classes' shares."""
     if (tasks is None) == (duration is None):
         raise InputError("give either a number of tasks or a duration")
     if (tasks is not None and tasks < 0) or (duration is not None and duration <= 0):
         raise InputError("tasks must be >= 0 and duration > 0")
     if rate is not None and rate <= 0:
         raise InputError("rate must be > 0", field="rate")
+    if burstiness is not None and not burstiness > 0:
+        raise InputError("burstiness must be > 0", field="burstiness")
     names = sorted(model.classes)
-    streams = dict(zip(names, np.random.SeedSequence(seed).spawn(len(names))))
+    root = np.random.SeedSequence(seed)
+    streams = dict(zip(names, root.spawn(len(names))))
 
     # Arrival times per class; with a task count, the earliest `tasks` over all classes are kept.
     times: dict[str, np.ndarray] = {}
+    procs = {}
     for name in names:
         cls = model.classes[name]
         try:
-            proc = cls.arrivals.process(None if rate is None else rate * cls.share)
+            procs[name] = cls.arrivals.process(None if rate is None else rate * cls.share)
         except ValueError as exc:
             raise InputError(f"class {name}: {exc}", file=source, path=f"$.classes.{name}.arrivals", field="use") from None
-        rng = np.random.default_rng(streams[name].spawn(1)[0])
-        times[name] = proc.sample(rng, n=tasks) if tasks is not None else proc.sample(rng, duration=duration)
-    if tasks is not None and len(names) > 1:
+        rng = np.random.default_rng(streams[name].spawn(1)[0])  # drawn either way: the tasks stay the same
+        if burstiness is None:
+            proc = procs[name]
+            times[name] = proc.sample(rng, n=tasks) if tasks is not None else proc.sample(rng, duration=duration)
+    if burstiness is not None:
+        total = rate if rate is not None else sum(p.mean_rate() for p in procs.values())
+        times = _gamma_times(gamma_renewal(total, burstiness), [model.classes[n].share for n in names], names,
+                             np.random.default_rng(root.spawn(1)[0]), tasks, duration)
+    elif tasks is not None and len(names) > 1:
         merged = np.sort(np.concatenate(list(times.values())), kind="stable")[:tasks]
         cutoff = merged[-1] if len(merged) else -1.0
         left = tasks
@@ -584,7 +609,7 @@ def _plan(
     for name in names:
         rng = np.random.default_rng(streams[name].spawn(1)[0])
         drawn.append(_draw(model.classes[name].structure, len(times[name]), rng))
-    options = {"seed": seed, "tasks": tasks, "duration": duration, "rate": rate}
+    options = {"seed": seed, "tasks": tasks, "duration": duration, "rate": rate, "burstiness": burstiness}
     prov = Provenance(source=source, format="generated", options={k: v for k, v in options.items() if v is not None})
     return _Plan(drawn, names, [times[name] for name in names], rank_class, prov)
 
@@ -596,14 +621,18 @@ def generate(
     duration: Optional[float] = None,
     seed: int = 0,
     rate: Optional[float] = None,
+    burstiness: Optional[float] = None,
     source: str = "<model>",
 ) -> Workload:
     """A synthetic workload: `tasks` tasks, or every task arriving within `duration` seconds.
 
     `rate` (tasks per second, all classes together) replaces the fitted mean rate, keeping each
-    process's burstiness; it is required when a class's arrivals come from the user."""
+    process's burstiness; it is required when a class's arrivals come from the user. `burstiness`
+    (gamma shape: 1 Poisson, lower burstier) replaces the fitted arrival processes by a gamma renewal
+    process at `rate` or the fitted rate; the tasks drawn are the same either way."""
     with gc_paused():
-        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, burstiness=burstiness,
+                     source=source)
         final = tuple(plan.tasks(records=False))
     return Workload(final, (plan.provenance,))
 
@@ -616,6 +645,7 @@ def write_generated(
     duration: Optional[float] = None,
     seed: int = 0,
     rate: Optional[float] = None,
+    burstiness: Optional[float] = None,
     source: str = "<model>",
 ) -> tuple[int, int, int]:
     """Generate straight into a native file (a path or a binary stream), with `generate`'s arguments:
@@ -623,9 +653,11 @@ def write_generated(
     built. Returns (tasks, calls, sub-tasks)."""
     if isinstance(out, (str, Path)):
         with open(out, "wb") as fh:
-            return write_generated(model, fh, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+            return write_generated(model, fh, tasks=tasks, duration=duration, seed=seed, rate=rate,
+                                   burstiness=burstiness, source=source)
     with gc_paused():
-        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, source=source)
+        plan = _plan(model, tasks=tasks, duration=duration, seed=seed, rate=rate, burstiness=burstiness,
+                     source=source)
         out.write(native.header_line([plan.provenance]))
         dumps, option = orjson.dumps, native.DUMP_OPTIONS | orjson.OPT_APPEND_NEWLINE
         write = out.write

@@ -25,6 +25,7 @@ import numpy as np
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .. import validation
 from ..errors import InputError
 from .arrivals import ArrivalFit
 from .dists import SUM_TOLERANCE, Dist, FitReport, Prob
@@ -280,7 +281,7 @@ def _clean_loc(loc: tuple, data) -> tuple:
 
 
 def validate_model(data, file: str = "<model>") -> WorkloadModel:
-    """A `WorkloadModel` from parsed YAML; `InputError` naming the YAML path of the first problem."""
+    """A `WorkloadModel` from parsed YAML; `InputError` naming the YAML path of every problem."""
     if not isinstance(data, dict):
         raise InputError("a model file must be a YAML mapping", file=file)
     if data.get("agentload_model") != VERSION:
@@ -291,10 +292,12 @@ def validate_model(data, file: str = "<model>") -> WorkloadModel:
     try:
         return WorkloadModel.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        path, field = _yaml_path(_clean_loc(first["loc"], data))
-        msg = first["msg"].removeprefix("Value error, ")
-        raise InputError(msg, file=file, path=path, field=field) from None
+        # every problem at once, with the key or choice a misspelt one was likely meant as
+        problems = []
+        for problem in validation.problems(exc, WorkloadModel):
+            path, field = _yaml_path(_clean_loc(problem.loc, data))
+            problems.append(InputError(problem.text(), file=file, path=path, field=field or None))
+        raise InputError.several(problems or [InputError(str(exc), file=file)]) from None
 
 
 def load_model(path: str | Path) -> WorkloadModel:

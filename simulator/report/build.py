@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .page import Report
-from .study import is_study_folder, load_study
+from ..study.model import is_study_folder, load_study
 
 
 def build_report(folders: Sequence[Path]) -> Report:

@@ -3,6 +3,7 @@ format that keeps every digit a reader needs (never an ellipsis, never a cut num
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -29,22 +30,39 @@ def lookup(data: Any, path: Sequence[Key]) -> Optional[float]:
     return value
 
 
+NOISE = 5e-13
+"""Below this (in the figure's own unit) a value is float noise, such as the difference of two equal
+figures (7.11e-15 for 0), and shows as 0."""
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`value` in fixed point (never 1e-07) to `digits` significant digits, trailing zeros dropped."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def number(value: Optional[float], unit: str = "") -> str:
-    """A number for a reader: thousands separated, 3 significant digits below 100, whole above."""
+    """A number for a reader, never in scientific notation: thousands separated, whole from 100 on,
+    3 significant digits below (0.000000868, not 8.68e-07); float noise below `NOISE` is 0."""
     if value is None:
         return "-"
-    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1:
-        text = f"{value:,.0f}"
-    elif abs(value) >= 100:
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value:,}"
+    elif not math.isfinite(value):
+        text = str(value)
+    elif abs(value) < NOISE:
+        text = "0"
+    elif abs(value) >= 100 or float(value).is_integer():
         text = f"{value:,.0f}"
     elif abs(value) >= 10:
         text = f"{value:.1f}"
     elif abs(value) >= 1:
         text = f"{value:.2f}"
-    elif value == 0:
-        text = "0"
     else:
-        text = f"{value:.3g}" if abs(value) >= 1e-4 else f"{value:.2e}"
+        text = significant(value)
     return f"{text} {unit}" if unit else text
 
 
@@ -59,15 +77,28 @@ def figure(data: Mapping[str, Any], path: Sequence[Key], *, unit: str = "", scal
     return Cell(text, value=value, source=tuple(path), folder=folder, scale=scale, tone=tone)
 
 
-def ratio(value: Optional[float], reference: Optional[float], higher_is_better: Optional[bool]) -> Cell:
-    """value / reference, toned good or bad by more than 5% in the figure's better direction."""
+DEVIATION = 0.10
+"""How far from 1 a ratio between folders is highlighted (neutrally: a difference worth a look, not a
+verdict; one run per folder cannot tell a difference between servers from run-to-run noise)."""
+
+
+def ratio_text(r: float) -> str:
+    """A ratio to three decimals (to three significant digits below 0.1, so that none reads 0.000)."""
+    return f"{r:,.3f}" if abs(r) >= 0.1 else number(r)
+
+
+def deviates(r: Optional[float]) -> bool:
+    """Whether a ratio is more than `DEVIATION` from 1."""
+    return r is not None and abs(r - 1) > DEVIATION
+
+
+def ratio(value: Optional[float], reference: Optional[float]) -> Cell:
+    """value / reference, highlighted (tone 'mark', no good or bad) when it is more than `DEVIATION`
+    from 1."""
     if value is None or not reference:
         return Cell("-")
     r = value / reference
-    tone = ""
-    if higher_is_better is not None and abs(r - 1) > 0.05:
-        tone = "good" if (r > 1) == higher_is_better else "bad"
-    return Cell(f"{r:.3f}", value=r, tone=tone)
+    return Cell(ratio_text(r), value=r, tone="mark" if deviates(r) else "")
 
 
 def started(iso: object) -> str:

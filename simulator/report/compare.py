@@ -1,18 +1,24 @@
 """Result folders side by side (a real run and its simulation, or several server configs): the same
-figures from each `summary.json`, with the ratio of each to the first folder's, and a check that the
-folders replayed the same workload. A figure is named by its path in summary.json, so a summary that
-lacks it (an older version's) just leaves its cell empty."""
+figures from each `summary.json`, with the ratio of each to the first folder's, a mark on a folder with
+partial results, and a check that the folders replayed the same workload. Ratios far from 1 are
+highlighted without a verdict (see `ratio_legend`). A figure is named by its path in summary.json, so
+a summary that lacks it (an older version's) just leaves its cell empty."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
+from ..metrics import results
 from ..metrics.folder import RUN_KEYS_OUTSIDE_FINGERPRINT
-from ..metrics.summary import Summary
-from .cells import lookup
+from ..metrics.summary import Summary, load_summary
+from .cells import DEVIATION, deviates, lookup, number, ratio_text
+from .partial import partial_state
 
 CALL_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end to end"))
 STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
@@ -44,7 +50,10 @@ def figure_paths(summaries: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, 
     yield "cache and errors", "cached prompt tokens", ("total_cached_tokens",), True
     yield "cache and errors", "calls completed", ("completed",), True
     yield "cache and errors", "failed call attempts", ("calls", "failed_attempts"), False
-    yield "cache and errors", "tasks failed", ("tasks", "failed"), False
+    for key, label, higher in (("judged", "judged (arrived in the window)", None), ("completed", "completed", True),
+                               ("failed", "failed", False), ("cancelled", "cancelled", False),
+                               ("interrupted", "interrupted", False), ("not_started", "not started", False)):
+        yield "tasks judged", f"tasks {label}", ("tasks", key), higher
 
 
 def compare_many(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
@@ -71,40 +80,126 @@ def compare_summaries(a: Summary, b: Summary) -> list[dict[str, Any]]:
              "ratio": r["ratios"][1]} for r in compare_many([a, b])]
 
 
-def _fmt(value: Optional[float]) -> str:
-    if value is None:
-        return "-"
-    if value == int(value) or abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}"
-
-
 def letters(n: int) -> list[str]:
     """A, B, C, ... (then A2, B2, ... past Z) naming the folders of a comparison."""
     return [chr(ord("A") + i % 26) + (str(i // 26 + 1) if i >= 26 else "") for i in range(n)]
 
 
-def compare_table(rows: list[dict[str, Any]], labels: Sequence[str]) -> Table:
+def better(higher_is_better: Optional[bool]) -> str:
+    """Which way a figure is better: 'higher', 'lower', or '' when neither (tool and think time)."""
+    return "" if higher_is_better is None else "higher" if higher_is_better else "lower"
+
+
+def ratio_legend(marked: str = "highlighted") -> str:
+    """What the marking of the ratios means, said under every comparison (`marked`: how they are marked)."""
+    return (f"Ratios more than {DEVIATION:.0%} away from 1 are {marked}, in neither direction: a difference worth "
+            "a look, not a verdict. One run per folder cannot tell a difference between servers from run-to-run "
+            "noise (repeat the runs, e.g. a study with repeats, to judge one); between a run and its simulation a "
+            "ratio holds the twin's error and the run's noise. 'better' says only which way a figure is better.")
+
+
+RATIO_MARK = " *"
+"""What follows a ratio past `DEVIATION` in the terminal (bold does not reach a CI log)."""
+
+
+def folder_titles(labels: Sequence[str], states: Sequence[Optional[str]]) -> list[str]:
+    """'A: label', with ' — PARTIAL (...): ...' for a folder with partial results."""
+    return [f"{name}: {label}" + (f" — {state}" if state else "")
+            for name, label, state in zip(letters(len(labels)), labels, states)]
+
+
+def compare_table(rows: list[dict[str, Any]], labels: Sequence[str],
+                  states: Optional[Sequence[Optional[str]]] = None) -> Table:
     """The rows of `compare_many` as a rich table, one block per section: each folder's value, then the
-    ratio of each other folder to the first."""
+    ratio of each other folder to the first (bold past `DEVIATION`, never green or red), and which way
+    the figure is better. The title names the folders and marks those with partial results (`states`,
+    from `partial.partial_state`)."""
     names = letters(len(labels))
-    title = "   ".join(f"{n}: {label}" for n, label in zip(names, labels))
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("section")
-    table.add_column("figure")
-    for name in names:
-        table.add_column(name, justify="right")
-    for name in names[1:]:
-        table.add_column(f"{name}/{names[0]}", justify="right")
-    last = None
+    title = "   ".join(folder_titles(labels, states or [None] * len(labels)))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=ratio_legend(f"marked{RATIO_MARK} (and bold)"), caption_justify="left")
+    body = []
     for row in rows:
-        if row["section"] != last and last is not None:
-            table.add_section()
-        section = row["section"] if row["section"] != last else ""
-        last = row["section"]
-        ratios = ["-" if r is None else f"{r:.3f}" for r in row["ratios"][1:]]
-        table.add_row(section, row["figure"], *(_fmt(v) for v in row["values"]), *ratios)
+        values = [number(v) for v in row["values"]]
+        ratios = [Text("-" + " " * len(RATIO_MARK)) if r is None else
+                  Text(ratio_text(r) + RATIO_MARK, style="bold") if deviates(r) else
+                  Text(ratio_text(r) + " " * len(RATIO_MARK)) for r in row["ratios"][1:]]
+        body.append((row, values, ratios))
+    # a section is a row of its own, so the figures get the width; numbers keep their whole width on a
+    # narrow terminal (the figure names wrap instead)
+    table.add_column("figure", min_width=16, ratio=1)
+    for i, name in enumerate(names):
+        table.add_column(name, justify="right", no_wrap=True,
+                         min_width=max([len(name), *(len(values[i]) for _, values, _ in body)]))
+    for i, name in enumerate(names[1:]):
+        table.add_column(f"{name}/{names[0]}", justify="right", no_wrap=True,
+                         min_width=max([len(name) + 3, *(len(ratios[i]) for _, _, ratios in body)]))
+    table.add_column("better", no_wrap=True, min_width=6)
+    last = None
+    for row, values, ratios in body:
+        if row["section"] != last:
+            if last is not None:
+                table.add_section()
+            table.add_row(Text(row["section"], style="bold"))
+            last = row["section"]
+        table.add_row(Text("  " + row["figure"]), *values, *ratios, better(row["higher_is_better"]))
     return table
+
+
+def folder_states(summaries: Sequence[Summary]) -> list[Optional[str]]:
+    """Each folder's `partial_state` (None for a run that completed)."""
+    return [partial_state(s) for s in summaries]
+
+
+def partial_warnings(labels: Sequence[str], states: Sequence[Optional[str]]) -> list[str]:
+    """A line per folder with partial results: which, and how many of its judged tasks did not complete."""
+    return [f"{name} ({label}): {state}. Its figures count what it measured before it stopped; every judged "
+            "task that did not complete counts against its task SLO."
+            for name, label, state in zip(letters(len(labels)), labels, states) if state]
+
+
+def comparison(folders: Sequence[Path], labels: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """What `compare` (and `report` of several folders) prints: the folders, each one's partial state,
+    the warnings (partial folders, then what keeps them from being compared figure for figure) and the
+    rows; for two folders also a, b and each row's ratio b/a. `labels`: the folders' short names (by
+    default `folder_data.folder_labels`)."""
+    if labels is None:
+        from .folder_data import folder_labels
+
+        labels = folder_labels(folders)
+    summaries = [load_summary(f) for f in folders]
+    states = folder_states(summaries)
+    infos = [results.read_json(f, results.RUN_FILE) or {} for f in folders]
+    rows = compare_many(summaries)
+    out: dict[str, Any] = {"folders": [str(f) for f in folders], "labels": list(labels), "partial": states,
+                           "warnings": partial_warnings(labels, states) + workload_warnings(infos, labels),
+                           "ratio_highlight": DEVIATION, "rows": rows}
+    if len(folders) == 2:  # the two-folder shape: a, b and ratio b/a in each row
+        out.update(a=str(folders[0]), b=str(folders[1]))
+        for row in rows:
+            row.update(a=row["values"][0], b=row["values"][1], ratio=row["ratios"][1])
+    return out
+
+
+def print_comparison(folders: Sequence[Path], as_json: bool, console: Any) -> None:
+    """Print the comparison of `folders` (as JSON, or on `console` a table titled with the folders as
+    given, then its warnings)."""
+    data = comparison(folders)
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    table = compare_table(data["rows"], [str(f) for f in folders], data["partial"])
+    # wider than the terminal rather than a number cut: the table's narrowest layout sets the width
+    # (each column's least width and padding, the table's edges, a separator between columns)
+    need = sum((column.min_width or 0) + 2 for column in table.columns) + 2 + len(table.columns) - 1
+    width = console.width
+    console.width = max(width, need)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+    for warning in data["warnings"]:
+        console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
 
 
 def _run_settings(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from ..metrics.records import CallRecord, TaskRecord
 from ..metrics.summary import Summary
 from .compare import compare_many, letters
 from .folder_data import Scrapes
-from .study import Study
+from ..study.model import Study
 
 CALL_EXTRA = ("latency", "client_lag", "tpot")
 TASK_EXTRA = ("completion_time",)
@@ -48,17 +48,34 @@ def flatten(data: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]
         yield ".".join(prefix), data
 
 
+TASK_COUNTS = ("judged", "completed", "failed", "cancelled", "interrupted", "not_started",
+               "throughput_per_hour", "goodput_per_hour")
+"""The columns of task_counts.csv: the summary's fields of `TaskFigures` (and of each class's)."""
+
+
+def task_counts(summary: Summary) -> Iterator[list[Any]]:
+    """Rows of task_counts.csv: 'all', then each class, with how its judged tasks ended and its rates,
+    as the summary holds them (empty where it holds nothing: a class has no 'interrupted')."""
+    tasks = summary.to_dict().get("tasks") or {}
+    yield ["all", *(tasks.get(key) for key in TASK_COUNTS)]
+    for name, entry in (tasks.get("by_class") or {}).items():
+        yield [name, *(entry.get(key) for key in TASK_COUNTS)]
+
+
 def write_run(folder: Path, out: Path) -> list[Path]:
-    """calls.csv, tasks.csv, summary.csv (path, value) and, with scrapes, server_metrics.csv."""
+    """calls.csv, tasks.csv (the records), summary.csv (path, value), task_counts.csv (how the judged
+    tasks ended, overall and per class) and, with scrapes, server_metrics.csv."""
     from ..metrics.summary import load_summary
 
     out = Path(out)
+    summary = load_summary(folder)
     call_fields = [f.name for f in dataclasses.fields(CallRecord)]
     task_fields = [f.name for f in dataclasses.fields(TaskRecord)]
     written = [
         _write(out / "calls.csv", [*call_fields, *CALL_EXTRA], _records(results.iter_calls(folder), call_fields, CALL_EXTRA)),
         _write(out / "tasks.csv", [*task_fields, *TASK_EXTRA], _records(results.iter_tasks(folder), task_fields, TASK_EXTRA)),
-        _write(out / "summary.csv", ["field", "value"], flatten(load_summary(folder).to_dict())),
+        _write(out / "summary.csv", ["field", "value"], flatten(summary.to_dict())),
+        _write(out / "task_counts.csv", ["class", *TASK_COUNTS], task_counts(summary)),
     ]
     scrapes = Scrapes.read(Path(folder) / server_metrics.SERVER_METRICS_FILE)
     if scrapes:

@@ -227,14 +227,22 @@ class RunData:
         return self.summary.scenario or str(self.info.get("scenario") or self.folder.name)
 
     def target(self) -> str:
-        """What served the run: the twin of a profile, the emulator, or a server's URL."""
-        if self.info.get("simulated") or self.summary.simulation is not None:
-            profile = self.info.get("profile") or (self.summary.simulation.profile if self.summary.simulation else "")
-            return f"simulated on the twin of {profile}" if profile else "simulated on the twin"
-        if self.info.get("emulator"):
-            return "built-in emulator"
-        url = self.info.get("base_url")
-        return f"live against {mask_url(str(url))}" if url else ""  # run.json of an older version kept credentials
+        """What served the run (`served_by`)."""
+        return served_by(self.info, self.summary)
+
+
+def served_by(info: dict[str, Any], summary: Summary) -> str:
+    """What served a run, from its run.json (`info`) and summary: the twin of a profile, the built-in
+    emulator with the timing it ran, or a server's URL ("" when nothing says)."""
+    if info.get("simulated") or summary.simulation is not None:
+        profile = info.get("profile") or (summary.simulation.profile if summary.simulation else "")
+        return f"simulated on the twin of {profile}" if profile else "simulated on the twin"
+    if info.get("emulator"):
+        timing = info.get("emulator_timing")
+        text = timing.get("text") if isinstance(timing, dict) else None
+        return f"built-in emulator, {text}" if text else "built-in emulator"
+    url = info.get("base_url")
+    return f"live against {mask_url(str(url))}" if url else ""  # run.json of an older version kept credentials
 
 
 def load_folder(folder: Path, label: Optional[str] = None) -> RunData:

@@ -27,7 +27,8 @@ class Cell:
     scale: float = 1.0
     """The text shows value × scale (100 for a share shown in %)."""
     tone: str = ""
-    """'good', 'bad', 'warn' or '' (how the page colours the cell)."""
+    """'good', 'bad', 'warn', 'mark' (highlighted without a verdict: a ratio far from 1) or '' (how the
+    page colours the cell)."""
 
 
 CellLike = Union[Cell, str]
@@ -46,6 +47,8 @@ class Table:
     bold_rows: tuple[int, ...] = ()
     text_columns: tuple[int, ...] = ()
     """Columns at or past `numeric_from` that hold text all the same (a message, a note)."""
+    wrap_text: bool = False
+    """Let text cells wrap, so that a table of several long texts fits the page's width."""
 
     def is_numeric(self, col: int) -> bool:
         """Whether column `col` holds numbers (right-aligned)."""

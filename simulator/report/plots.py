@@ -18,6 +18,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from ..metrics.slo import PERCENTILE_KEYS
 from ..metrics.summary import TargetCheck
+from .cells import number, significant
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8C6D31", "#000000",
            "#7F7F7F", "#F0E442")
@@ -42,6 +43,8 @@ STYLE = {
     "svg.fonttype": "none",
     "axes.axisbelow": True,
     "figure.dpi": 100,
+    "axes.formatter.limits": (-30, 30),  # plain numbers on every linear axis: no 1e5, no offset
+    "axes.formatter.useoffset": False,
 }
 
 PERCENTILE_TICKS = (0.0, 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999)
@@ -102,7 +105,12 @@ def percentile_axis(ax: Axes, top: float) -> None:
 
 
 def _tick(value: float, _pos: object = None) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else significant(value, 4)
+
+
+def percent_ticks(ax: Axes) -> None:
+    """The y axis labelled in plain percentages ('0.5%', '40%')."""
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos=None: f"{_tick(value)}%"))
 
 
 def log_axis(ax: Axes, limits: Optional[tuple[float, float]]) -> None:
@@ -122,12 +130,13 @@ def log_axis(ax: Axes, limits: Optional[tuple[float, float]]) -> None:
     ax.set_xlim(low, high)
 
 
-def plain_ticks(ax: Axes, x: bool = True) -> None:
-    """Axes labelled in plain numbers with thousands separated (no offset, no 1e5): the y axis, and the
-    x axis unless `x` is False."""
+def plain_ticks(ax: Axes, x: bool = True, y: bool = True) -> None:
+    """Axes labelled in plain numbers with thousands separated (no offset, no 1e5): the y axis unless
+    `y` is False, and the x axis unless `x` is False."""
     if x:
         ax.xaxis.set_major_formatter(FuncFormatter(_tick))
-    ax.yaxis.set_major_formatter(FuncFormatter(_tick))
+    if y:
+        ax.yaxis.set_major_formatter(FuncFormatter(_tick))
 
 
 def log_yaxis(ax: Axes) -> None:
@@ -176,9 +185,12 @@ def slo_bounds(check: Optional[TargetCheck]) -> list[float]:
     return [item.bound for item in check.percentiles.values()] if check is not None else []
 
 
-def slo_marks(ax: Axes, check: Optional[TargetCheck], unit: str, top: float) -> None:
+def slo_marks(ax: Axes, check: Optional[TargetCheck], unit: str, top: float, verdict: bool = True,
+              whose: str = "") -> None:
     """Each percentile bound of an SLO target: a dashed line at the bound and a diamond at
-    (bound, percentile), green when met and red when missed."""
+    (bound, percentile), green when met and red when missed; grey and without a verdict when `verdict`
+    is False (a class's panel: the verdict is of all tasks). `whose`: the folder the verdict is of, when
+    several are drawn."""
     if check is None:
         return
     for key, item in check.percentiles.items():
@@ -186,10 +198,11 @@ def slo_marks(ax: Axes, check: Optional[TargetCheck], unit: str, top: float) -> 
         if p is None:
             continue
         p = min(p / 100, top)
-        tone = GOOD if item.met else BAD
+        tone = (GOOD if item.met else BAD) if verdict else "#7F7F7F"
+        said = ("met" if item.met else "missed") if verdict else "the verdict is of all tasks"
         ax.axvline(item.bound, color=tone, linestyle="--", linewidth=0.9, alpha=0.7)
         ax.plot([item.bound], [p], marker="D", color=tone, markersize=5, linestyle="none", clip_on=False,
-                label=f"SLO {key} ≤ {item.bound:g} {unit} ({'met' if item.met else 'missed'})")
+                label=f"SLO {key} ≤ {number(item.bound)} {unit} ({whose + ' ' if whose and verdict else ''}{said})")
 
 
 def window_shading(ax: Axes, start: float, end: Optional[float], span: tuple[float, float]) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..metrics.summary import Summary
 from . import plots, series
+from .cells import number
 from .folder_data import RunData
 from .page import Chart
 
@@ -51,7 +52,7 @@ def latency_cdfs(runs: Sequence[RunData]) -> Optional[Chart]:
             plots.draw_cdf(ax, values, shares, top, color=plots.colour(i), linewidth=1.5, label=plots.plain(label))
         drawn = bool(curves)
         check = getattr(runs[0].summary.slo, slo_key) if slo_key else None
-        plots.slo_marks(ax, check, "ms", top)
+        plots.slo_marks(ax, check, "ms", top, whose=plots.plain(runs[0].label) if several else "")
         plots.log_axis(ax, plots.cdf_limits(curves, plots.slo_bounds(check)))
         if drawn:
             ax.legend(loc="best")
@@ -72,10 +73,32 @@ def _class_names(runs: Sequence[RunData]) -> list[str]:
     return sorted(names)
 
 
+def _judged(run: RunData, cls: Optional[str]) -> Optional[int]:
+    """The judged tasks (of a class) of a run's summary, None when it does not say."""
+    tasks = run.summary.tasks
+    if cls is None:
+        return tasks.judged
+    entry = tasks.by_class.get(cls)
+    return entry.judged if entry is not None else None
+
+
+def _task_label(count: int, judged: Optional[int], what: str = "tasks") -> str:
+    """'6 tasks', or '3 of 6 judged tasks completed' when some did not complete."""
+    if judged is not None and judged > count:
+        return f"{count:,} of {judged:,} judged {what} completed"
+    return f"{count:,} {what}"
+
+
+def _class_label(count: int, judged: Optional[int]) -> str:
+    """'3', or '1 of 3 completed' when some of the class's judged tasks did not complete."""
+    return f"{count:,} of {judged:,} completed" if judged is not None and judged > count else f"{count:,}"
+
+
 @plots.in_style
 def task_cdfs(runs: Sequence[RunData]) -> Optional[Chart]:
-    """Task completion time CDFs: for one folder, all tasks and each class; for several, all tasks
-    per folder (and a panel per class when there are few classes)."""
+    """Task completion time CDFs over the judged tasks (a curve stops at the share that completed):
+    for one folder, all tasks and each class; for several, all tasks per folder (and a panel per class
+    when there are few classes)."""
     if not any("task_completion" in r.histograms for r in runs):
         return None
     classes = _class_names(runs)
@@ -83,6 +106,7 @@ def task_cdfs(runs: Sequence[RunData]) -> Optional[Chart]:
     panels = [None] + (classes if several and 1 < len(classes) <= 3 else [])
     fig = plots.new_figure(10.0, 3.8 if len(panels) == 1 else 3.6 * ((len(panels) + 1) // 2))
     axes = plots.subplots(fig, 1 if len(panels) == 1 else 2, (len(panels) + 1) // 2)
+    short = False
     for ax, cls in zip(axes, panels):
         name = "task_completion" if cls is None else f"task_completion[{cls}]"
         top = plots.tail_top(_total(runs, name))
@@ -94,26 +118,37 @@ def task_cdfs(runs: Sequence[RunData]) -> Optional[Chart]:
             h = run.histograms.get(name)
             if h is None or not h.get_total_count():
                 continue
+            count, judged = h.get_total_count(), _judged(run, cls)
             values, shares = series.cdf(h, 1e6)
+            shares = series.judged_shares(shares, count, judged)
+            short = short or bool(judged and judged > count)
             curves.append((values, shares))
-            label = run.label if several else f"all ({h.get_total_count():,} tasks)"
+            label = (f"{run.label} ({_task_label(count, judged)})" if several else
+                     f"all ({_task_label(count, judged)})")
             plots.draw_cdf(ax, values, shares, top, color=plots.colour(i) if several else "#000000",
                            linewidth=2.0 if not several else 1.5, label=plots.plain(label))
         if not several and len(classes) > 1:
             for i, cls_name in enumerate(classes):
                 h = runs[0].histograms[f"task_completion[{cls_name}]"]
                 if h.get_total_count():
+                    count, judged = h.get_total_count(), _judged(runs[0], cls_name)
                     values, shares = series.cdf(h, 1e6)
-                    plots.draw_cdf(ax, values, shares, top, color=plots.colour(i), linewidth=1.2,
-                                   label=plots.plain(f"{cls_name} ({h.get_total_count():,})"))
-        plots.slo_marks(ax, runs[0].summary.slo.task_s, "s", top)
+                    plots.draw_cdf(ax, values, series.judged_shares(shares, count, judged), top,
+                                   color=plots.colour(i), linewidth=1.2,
+                                   label=plots.plain(f"{cls_name} ({_class_label(count, judged)})"))
+        plots.slo_marks(ax, runs[0].summary.slo.task_s, "s", top, verdict=cls is None,
+                        whose=plots.plain(runs[0].label) if several else "")
         plots.log_axis(ax, plots.cdf_limits(curves, plots.slo_bounds(runs[0].summary.slo.task_s)))
         ax.legend(loc="best")
-        ax.set_ylabel("share of tasks at or below")
+        ax.set_ylabel("share of judged tasks at or below")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     return Chart("task-completion-cdf", "Task completion time", fig,
-                 "Completed tasks that arrived in the measurement window; the task SLO as a dashed line.")
+                 "Tasks judged: those the run meant to start that arrived in the measurement window; the task "
+                 "SLO as a dashed line. "
+                 + ("A curve that stops below the top is the share of the judged tasks that completed: the "
+                    "rest (failed, cancelled, interrupted, never started) count as slower than any time, as the "
+                    "task SLO counts them." if short else ""))
 
 
 @plots.in_style
@@ -143,7 +178,7 @@ def breakdown_chart(runs: Sequence[RunData]) -> Optional[Chart]:
     for j, (key, label) in enumerate(series.BREAKDOWN_PARTS):
         ax.barh(y, widths[:, j], left=lefts[:, j], height=0.6, color=plots.PART_COLOURS[key], label=label)
         for i in np.flatnonzero(widths[:, j] > 0.07 * totals):
-            ax.text(lefts[i, j] + widths[i, j] / 2, y[i], f"{widths[i, j]:,.3g} s", ha="center", va="center",
+            ax.text(lefts[i, j] + widths[i, j] / 2, y[i], f"{number(widths[i, j])} s", ha="center", va="center",
                     fontsize=7.5)
     ax.set_yticks(y, [plots.plain(name) for name, _ in rows])
     ax.set_xlabel("mean seconds per completed task")

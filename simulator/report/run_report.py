@@ -9,6 +9,7 @@ from . import run_figures, run_tables, timeline
 from .cells import number, started
 from .folder_data import RunData
 from .page import Report, Section, Table
+from .partial import partial_state
 
 
 def info_table(run: RunData) -> Table:
@@ -42,15 +43,17 @@ def build_run_report(run: RunData) -> Report:
     report = Report("run", f"agentload report: {run.scenario}",
                     subtitle=[part for part in (run.target(), started(run.info.get("started_at")),
                                                 f"{number(summary.duration)} s measured") if part])
-    if summary.partial:
-        report.warnings.append(f"Partial results: {summary.stop_reason}.")
+    state = partial_state(summary)
+    if state:
+        report.warnings.append(f"{state}. The figures count what the run measured before it stopped; every "
+                               "judged task that did not complete counts against the task SLO.")
     if not len(run.calls):
         report.warnings.append("The folder holds no call records (calls.jsonl): figures over time and errors "
                                "are left out.")
     report.key_figures = run_tables.key_figures(run)
     tasks = Section("Tasks", anchor="tasks")
     tasks.charts += [c for c in (run_figures.task_cdfs([run]), run_figures.breakdown_chart([run])) if c]
-    tasks.tables += [run_tables.task_table(run), run_tables.breakdown_table(run)]
+    tasks.tables += [run_tables.task_counts_table(run), run_tables.task_table(run), run_tables.breakdown_table(run)]
     calls = Section("Calls", anchor="calls")
     calls.charts += [c for c in (run_figures.latency_cdfs([run]),) if c]
     calls.tables += [run_tables.call_table(run), run_tables.lag_table(run)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .cells import figure, number
+from ..metrics.summary import TargetCheck
+from .cells import figure, lookup, number
 from .folder_data import RunData
 from .page import Cell, KeyFigure, Table
 
@@ -18,20 +19,41 @@ GAUGES = (("num_requests_running", "requests running", 1.0, ""), ("num_requests_
 MESSAGE_CHARS = 300
 
 
+TASK_ENDS = (("judged", "judged"), ("completed", "completed"), ("failed", "failed"), ("cancelled", "cancelled"),
+             ("interrupted", "interrupted"), ("not_started", "not started"))
+"""How the judged tasks ended: the summary's `TaskFigures` fields, with their column labels."""
+
+
+def _count_tone(value: Optional[int]) -> str:
+    return "bad" if value else ""
+
+
 def key_figures(run: RunData) -> list[KeyFigure]:
-    """The headline: task throughput and goodput, task time, TTFT, output throughput, failures."""
+    """The headline: task throughput and goodput, task time, TTFT, output throughput, failures, and the
+    judged tasks that did not complete (failed, cancelled, interrupted, never started)."""
     s = run.summary_json
+    tasks = run.summary.tasks
+    judged = f"of {tasks.judged:,} judged" if tasks.judged is not None else ""
+    # task times are of the completed tasks: said where some judged tasks did not complete
+    of_completed = f"of the {tasks.completed:,} completed" if tasks.not_completed else ""
     out = [
         KeyFigure("tasks / hour", figure(s, ("tasks", "throughput_per_hour"))),
         KeyFigure("goodput: tasks / hour within the task SLO", figure(s, ("tasks", "goodput_per_hour")),
-                  "no task SLO" if run.summary.tasks.goodput_per_hour is None else ""),
-        KeyFigure("task time p50", figure(s, ("tasks", "completion_time_s", "p50"), unit="s")),
-        KeyFigure("task time p95", figure(s, ("tasks", "completion_time_s", "p95"), unit="s")),
+                  "no task SLO" if tasks.goodput_per_hour is None else ""),
+        KeyFigure("task time p50", figure(s, ("tasks", "completion_time_s", "p50"), unit="s"), of_completed),
+        KeyFigure("task time p95", figure(s, ("tasks", "completion_time_s", "p95"), unit="s"), of_completed),
         KeyFigure("TTFT p99", figure(s, ("p99_ttft_ms",), unit="ms")),
         KeyFigure("output tokens / s", figure(s, ("output_throughput",))),
         KeyFigure("failed call attempts", figure(s, ("calls", "failed_attempts"),
                                                  tone="bad" if run.summary.calls.failed_attempts else "")),
+        KeyFigure("tasks completed", figure(s, ("tasks", "completed")), judged),
     ]
+    for key, label in (("failed", "tasks failed"), ("cancelled", "tasks cancelled"),
+                       ("interrupted", "tasks interrupted"), ("not_started", "tasks not started")):
+        value = getattr(tasks, key)
+        if key == "interrupted" and not value:
+            continue  # only a killed run's rebuilt summary has them
+        out.append(KeyFigure(label, figure(s, ("tasks", key), tone=_count_tone(value)), judged))
     return [k for k in out if k.cell.value is not None or k.hint]
 
 
@@ -51,23 +73,49 @@ def lag_table(run: RunData) -> Table:
                  rows=[[figure(s, ("client_lag_ms", key)) for key in ("mean", "p50", "p99", "max")]])
 
 
-def task_table(run: RunData) -> Table:
-    """Task completion time (s), overall and per class, with throughput and goodput."""
+def task_counts_table(run: RunData) -> Table:
+    """How the judged tasks ended (the tasks the run meant to start that arrived in the measurement
+    window), overall and per class, each count as the summary holds it."""
     s = run.summary_json
-    table = Table("Per task: completion time (s)", ("class", "completed", "failed", "mean", *PCTS, "tasks/h",
-                                                      "within SLO /h"), numeric_from=1, bold_rows=(0,))
+    tasks = run.summary.tasks
+    ends = [(key, label) for key, label in TASK_ENDS if key != "interrupted" or tasks.interrupted is not None]
+    table = Table("Per task: how the judged tasks ended", ("class", *(label for _, label in ends)), bold_rows=(0,))
 
-    def row(name: str, base: tuple[str, ...], failed: Cell) -> list[Any]:
+    def row(name: str, base: tuple[str, ...]) -> list[Any]:
+        cells: list[Any] = [name]
+        for key, _ in ends:
+            tone = _count_tone(lookup(s, (*base, key))) if key not in ("judged", "completed") else ""
+            cells.append(figure(s, (*base, key), tone=tone))
+        return cells
+
+    table.rows.append(row("all", ("tasks",)))
+    if len(tasks.by_class) > 1:
+        for name in tasks.by_class:
+            table.rows.append(row(name, ("tasks", "by_class", name)))
+    table.note = ("Judged: the tasks the run meant to start whose arrival is in the measurement window; each "
+                  "completed, failed (a call failed after its retries), was cancelled (cut off by run.drain or a "
+                  "stop), was interrupted (started, never ended: a killed run) or never started. Every judged task "
+                  "that did not complete counts against the task SLO.")
+    return table
+
+
+def task_table(run: RunData) -> Table:
+    """Task completion time (s) of the completed tasks, overall and per class, with throughput and
+    goodput."""
+    s = run.summary_json
+    table = Table("Per task: completion time of the completed tasks (s)",
+                  ("class", "completed", "mean", *PCTS, "tasks/h", "within SLO /h"), numeric_from=1, bold_rows=(0,))
+
+    def row(name: str, base: tuple[str, ...]) -> list[Any]:
         ct = (*base, "completion_time_s")
-        return [name, figure(s, (*base, "completed")), failed, figure(s, (*ct, "mean")),
+        return [name, figure(s, (*base, "completed")), figure(s, (*ct, "mean")),
                 *(figure(s, (*ct, p)) for p in PCTS), figure(s, (*base, "throughput_per_hour")),
                 figure(s, (*base, "goodput_per_hour"))]
 
-    table.rows.append(row("all", ("tasks",), figure(s, ("tasks", "failed"))))
+    table.rows.append(row("all", ("tasks",)))
     if len(run.summary.tasks.by_class) > 1:
         for name in run.summary.tasks.by_class:
-            base = ("tasks", "by_class", name)
-            table.rows.append(row(name, base, figure(s, (*base, "failed"))))
+            table.rows.append(row(name, ("tasks", "by_class", name)))
     return table
 
 
@@ -84,8 +132,15 @@ def breakdown_table(run: RunData) -> Table:
     return table
 
 
+def not_reached(check: TargetCheck) -> str:
+    """What a task percentile that fell among the tasks that did not complete shows instead of a time."""
+    return f"not reached: {check.not_completed or 0:,} of {check.judged or 0:,} tasks did not complete"
+
+
 def slo_table(run: RunData) -> Table:
-    """Each SLO percentile against its bound, and the shares of calls and tasks within bounds."""
+    """Each SLO percentile against its bound, and the shares of calls and tasks within bounds. A task
+    percentile that falls among the judged tasks that did not complete (which count as slower than any
+    bound) is not reached, and missed."""
     s = run.summary_json
     table = Table("SLO", ("target", "percentile", "bound", "measured", "met"), numeric_from=2)
     for name, label in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("task_s", "task time (s)")):
@@ -94,16 +149,25 @@ def slo_table(run: RunData) -> Table:
             continue
         for key, item in check.percentiles.items():
             base = ("slo", name, "percentiles", key)
-            table.rows.append([label, key, figure(s, (*base, "bound")),
-                               figure(s, (*base, "measured"), tone="good" if item.met else "bad"),
-                               Cell("yes" if item.met else "MISSED", tone="good" if item.met else "bad")])
+            tone = "good" if item.met else "bad"
+            if item.measured is None and check.not_completed:
+                measured: Cell = Cell(not_reached(check), tone="bad")
+            else:
+                measured = figure(s, (*base, "measured"), tone=tone)
+            table.rows.append([label, key, figure(s, (*base, "bound")), measured,
+                               Cell("yes" if item.met else "MISSED", tone=tone)])
     for path, label in ((("slo", "calls_meeting_ttft"), "calls within the TTFT bound"),
                         (("slo", "calls_meeting_tpot"), "calls within the TPOT bound"),
                         (("slo", "calls_meeting_all"), "calls within every call bound"),
-                        (("tasks", "slo_met_share"), "tasks within the task bound")):
+                        (("tasks", "slo_met_share"), "judged tasks within the task bound")):
         cell = figure(s, path, unit="%", scale=100.0)
         if cell.value is not None:
             table.rows.append([label, "share", "", cell, ""])
+    task = run.summary.slo.task_s
+    if task is not None and task.not_completed:
+        table.note = (f"Task time is judged over the {task.judged or 0:,} judged tasks: the {task.not_completed:,} "
+                      "that did not complete (failed, cancelled, interrupted or never started) count as slower "
+                      "than any bound.")
     if not table.rows:
         table.note = "The scenario sets no SLO."
     return table
@@ -180,18 +244,24 @@ def simulation_table(run: RunData) -> Table:
 
 
 def accounting_table(run: RunData) -> Table:
-    """Where every planned call and task went."""
+    """Where every planned call and task went (tasks: the judged ones, and those outside the window)."""
     s = run.summary_json
     table = Table("Accounting", ("item", "calls", "tasks"))
     for label, call_path, task_path in (
         ("planned", ("calls", "planned"), ("tasks", "planned")),
+        ("judged (arrived in the window)", None, ("tasks", "judged")),
         ("done / completed", ("calls", "ok"), ("tasks", "completed")),
         ("failed", ("calls", "failed_attempts"), ("tasks", "failed")),
         ("cancelled", ("calls", "cancelled"), ("tasks", "cancelled")),
-        ("outside the window", ("calls", "excluded_by_window"), ("tasks", "excluded_by_window")),
+        ("interrupted", None, ("tasks", "interrupted")),
         ("not done / not started", ("calls", "not_done"), ("tasks", "not_started")),
+        ("outside the window", ("calls", "excluded_by_window"), ("tasks", "excluded_by_window")),
     ):
-        table.rows.append([label, figure(s, call_path), figure(s, task_path)])
+        if task_path[-1] == "interrupted" and run.summary.tasks.interrupted is None:
+            continue
+        table.rows.append([label, figure(s, call_path) if call_path else "", figure(s, task_path)])
     table.rows.append(["attempts / sub-agents finished", figure(s, ("calls", "attempts")),
                        figure(s, ("tasks", "sub_tasks_finished"))])
+    table.note = ("Calls failed: failed attempts (a retried call counts each). Tasks: each judged task ended one "
+                  "way: judged = completed + failed + cancelled + interrupted + not started.")
     return table

@@ -5,6 +5,7 @@ few thousand points), so a report of a million calls stays small."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -58,11 +59,27 @@ def _thin(values: np.ndarray, shares: np.ndarray, max_points: int) -> np.ndarray
     return keep[keep < values.size]
 
 
+NICE_STEPS = (1.0, 2.0, 2.5, 5.0, 10.0)
+
+
+def nice_width(span: float, bins: int) -> float:
+    """The smallest round bin width (1, 2, 2.5 or 5 times a power of ten seconds) that covers `span`
+    in at most `bins` bins."""
+    raw = span / max(bins, 1)
+    if not raw > 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(step * power for step in NICE_STEPS if step * power >= raw * (1 - 1e-9))
+
+
 def time_edges(start: float, end: float, bins: int = TIME_BINS) -> np.ndarray:
-    """`bins` equal time bins from `start` to `end` (one bin when the span is empty)."""
+    """Time bins of a round width (`nice_width`) from `start` to past `end`, at most `bins` of them
+    (one bin of a second when the span is empty): a rate per bin reads as so many per 0.5 s."""
     if not end > start:
         end = start + 1.0
-    return np.linspace(start, end, bins + 1)
+    width = nice_width(end - start, bins)
+    count = max(1, math.ceil((end - start) / width - 1e-9))
+    return start + width * np.arange(count + 1)
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,22 @@ def per_second(times: Sequence[float], edges: np.ndarray, weights: Optional[Sequ
     counts, _ = np.histogram(np.asarray(times, dtype=np.float64), bins=edges,
                              weights=None if weights is None else np.asarray(weights, dtype=np.float64))
     return counts / np.diff(edges)
+
+
+def judged_shares(shares: np.ndarray, completed: int, judged: Optional[int]) -> np.ndarray:
+    """A CDF's shares of the `completed` tasks as shares of the `judged` ones, so that the curve stops at
+    the share that completed (the rest count as slower than any time, as the task SLO counts them);
+    unchanged when the judged count is unknown or every judged task completed."""
+    if not judged or judged <= completed:
+        return shares
+    return shares * (completed / judged)
+
+
+def last_arrival(tasks: TaskColumns) -> Optional[float]:
+    """The last intended arrival of a top-level task with a record (None without one): the end of
+    arrivals, unless tasks were never started."""
+    arrivals = tasks.arrival[tasks.top]
+    return float(arrivals.max()) if arrivals.size else None
 
 
 def run_span(calls: CallColumns, tasks: TaskColumns, samples: Optional[Scrapes] = None) -> tuple[float, float]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
+
+from .fit import Grid
 
 GAUGES = (
     ("num_requests_running", "requests running", 1.0, ""),
@@ -40,20 +40,17 @@ def _share(value: Optional[float]) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def timeline_table(section: dict[str, Any]) -> Table:
+def timeline_grid(section: dict[str, Any]) -> Grid:
     """Gauges (mean, max over the scrapes) and counters (increase over the run)."""
     timeline = section.get("timeline") or {}
-    table = Table()
-    table.add_column("metric")
-    table.add_column("mean", justify="right")
-    table.add_column("max", justify="right")
+    grid = Grid("", [("metric", "left"), ("mean", "right"), ("max", "right")])
     gauges = list(GAUGES) + [(key, key.replace("_", " "), 1.0, "") for key in sorted(timeline)
                              if key.startswith("gpu") and isinstance(timeline[key], dict)]
     for key, label, scale, unit in gauges:
         entry = timeline.get(key)
         if isinstance(entry, dict):
-            table.add_row(label, _num(entry.get("mean"), scale, unit), _num(entry.get("max"), scale, unit))
-    return table
+            grid.add(label, _num(entry.get("mean"), scale, unit), _num(entry.get("max"), scale, unit))
+    return grid
 
 
 def header_text(section: dict[str, Any]) -> Text:
@@ -85,33 +82,32 @@ def counters_text(section: dict[str, Any]) -> Text:
     return Text("\n".join(lines))
 
 
-def per_task_table(section: dict[str, Any]) -> Optional[Table]:
+def per_task_grid(section: dict[str, Any]) -> Optional[Grid]:
     """How the per-task values (mean over each task's lifetime) spread across tasks."""
     per_task = section.get("per_task") or {}
     if not any(per_task.get(key) for key, *_ in PER_TASK):
         return None
-    table = Table(title=f"Per-task server load, across {section.get('tasks', 0)} tasks", title_justify="left")
-    table.add_column("over each task's life")
-    for col in ("tasks", "mean", "p50", "p90", "max"):
-        table.add_column(col, justify="right")
+    grid = Grid(f"Per-task server load, across {section.get('tasks', 0):,} tasks",
+                [("over each task's life", "left"), *((col, "right") for col in ("tasks", "mean", "p50", "p90", "max"))])
     for key, label, scale, unit in PER_TASK:
         d = per_task.get(key)
         if d:
-            table.add_row(label, str(d["count"]), *(_num(d[k], scale, unit) for k in ("mean", "p50", "p90", "max")))
-    return table
+            grid.add(label, f"{d['count']:,}", *(_num(d[k], scale, unit) for k in ("mean", "p50", "p90", "max")))
+    return grid
 
 
-def render_server(section: Optional[dict[str, Any]]) -> Optional[Group]:
-    """The whole server part of the report; None when the summary has no server section."""
+def server_parts(section: Optional[dict[str, Any]], width: int) -> list[Any]:
+    """The whole server part of the report, its tables fitted to `width` columns (nothing when the
+    summary has no server section)."""
     if not section:
-        return None
+        return []
     parts: list[Any] = []
     text = counters_text(section)
     if section.get("timeline"):
-        parts += [header_text(section), timeline_table(section)]
+        parts += [header_text(section), *timeline_grid(section).tables(width)]
     if text.plain:
         parts.append(text)
-    table = per_task_table(section)
-    if table is not None:
-        parts.append(table)
-    return Group(*parts) if parts else None
+    grid = per_task_grid(section)
+    if grid is not None:
+        parts += grid.tables(width)
+    return parts

@@ -9,9 +9,11 @@ from typing import Any, Optional
 from . import study_figures
 from .cells import figure, number
 from .page import Cell, KeyFigure, Report, Section, Table
-from .study import OBJECTIVE_LABELS, OBJECTIVE_NAMES, Pair, Study
+from ..study.model import OBJECTIVE_LABELS, OBJECTIVE_NAMES, Pair, Study
+from .study_terminal import BOUND_SIGNS, statistics_lines
 
 GIB = 1024.0 ** 3
+VERDICT_WORDS = {"held": "held", "missed": "missed", "untestable": "held as a burst (rate not tested)"}
 
 
 def _interval(bounds: Pair, scale: float = 1.0) -> str:
@@ -40,14 +42,23 @@ def _capacity(data: dict[str, Any], i: int) -> Cell:
     return cell
 
 
+def _objective(study: Study, data: dict[str, Any], i: int) -> Cell:
+    """The objective's value, marked '≥' or '≤' where it only bounds the figure."""
+    cell = figure(data, ("configs", i, "objective", "value"))
+    sign = BOUND_SIGNS.get(study.configs[i].objective.bound, "")
+    if sign and cell.value is not None:
+        return Cell(sign + cell.text, value=cell.value, source=cell.source)
+    return cell
+
+
 def ranking_table(study: Study, data: dict[str, Any]) -> Table:
-    """One row per config, best first: rank, objective with its CI, capacity with its CI, headline
-    figures, cost per task, the quality check and the twin's rank."""
+    """One row per config, best first: rank, objective with its CI, capacity with its CI, goodput and
+    task times at the ranking load, cost per task, the quality check and the twin's rank."""
     unit = next((c.objective.unit for c in study.configs if c.objective.unit), "")
     table = Table(f"Ranking by {OBJECTIVE_LABELS.get(study.objective, study.objective)}",
                   ("rank", "config", "objective" + (f" ({unit})" if unit else ""), "its CI",
-                   "capacity (tasks/h)", "capacity CI", "p95 task (s)", "p95 TTFT (ms)", "$/task self-hosted",
-                   "$/task API", "quality", "twin rank"), numeric_from=2, text_columns=(10,))
+                   "capacity (tasks/h)", "capacity CI", "goodput (tasks/h)", "p95 task (s)", "p95 TTFT (ms)",
+                   "$/task self-hosted", "$/task API", "quality", "twin rank"), numeric_from=2, text_columns=(11,))
     order = sorted(range(len(study.configs)), key=lambda i: (study.configs[i].rank is None, study.configs[i].rank or 0, i))
     for i in order:
         c = study.configs[i]
@@ -55,15 +66,21 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
         cap = c.capacity
         table.rows.append([
             figure(data, (*base, "rank")), Cell(c.name + (" (base)" if c.is_base else "")),
-            figure(data, (*base, "objective", "value")), _interval(c.objective.ci),
+            _objective(study, data, i), _interval(c.objective.ci),
             _capacity(data, i), _interval(cap.ci_per_s if cap else None, 3600.0),
+            figure(data, (*base, "goodput_tasks_per_hour")),
             figure(data, (*base, "task_p95_s")), figure(data, (*base, "ttft_p95_ms")),
             figure(data, (*base, "cost", "self_hosted_per_task")), figure(data, (*base, "cost", "api_per_task")),
             _quality(study, i), figure(data, (*base, "twin", "predicted_rank")),
         ])
     confidence = f" at {100 * study.confidence:g}% confidence" if study.confidence else ""
+    loads = {c.at_load for c in study.configs if c.at_load is not None}
+    at = f" at load {number(loads.pop())} ({study.axis_unit})" if len(loads) == 1 and study.axis_unit else " at the ranking load"
     table.note = (("Lower" if study.lower_is_better() else "Higher") + " is better. Capacity: the highest offered "
-                  f"task rate with every SLO target held, with its interval{confidence}.")
+                  f"task rate at which every SLO target held at a rate the workload could test, with its "
+                  f"interval{confidence} where repeats give one (a '-': one repeat). Goodput and task times{at}: "
+                  "one run's tasks within the task bound per hour of that run, its tail after the last arrival "
+                  "included, so goodput stays below the offered rate even where the SLO held.")
     return table
 
 
@@ -75,9 +92,9 @@ def comparisons_table(study: Study, data: dict[str, Any]) -> Optional[Table]:
     table = Table("Is the difference beyond noise?", ("better", "worse", f"difference{f' ({unit})' if unit else ''}",
                                                       "its CI", "verdict"), numeric_from=2, text_columns=(4,))
     for j, comp in enumerate(study.ranking.comparisons):
+        tone = "" if comp.significant else "warn"
         table.rows.append([comp.better, comp.worse, figure(data, ("ranking", "comparisons", j, "difference")),
-                           _interval(comp.ci), Cell(comp.verdict or ("significant" if comp.significant else "within noise"),
-                                                    tone="" if comp.significant else "warn")])
+                           _interval(comp.ci), Cell(comp.verdict or "", tone=tone)])
     return table
 
 
@@ -132,7 +149,9 @@ def points_table(study: Study, data: dict[str, Any]) -> Table:
     for i, c in enumerate(study.configs):
         for j, p in enumerate(c.points):
             base = ("configs", i, "points", j)
-            held = Cell("-") if p.slo_met is None else Cell("yes" if p.slo_met else "no", tone="good" if p.slo_met else "bad")
+            held = Cell(VERDICT_WORDS.get(p.verdict or "", "-") if p.verdict else (
+                "-" if p.slo_met is None else "yes" if p.slo_met else "no"),
+                tone={"held": "good", "missed": "bad", "untestable": "warn"}.get(p.verdict or "", ""))
             where = (Cell(f"FAILED: {p.error or 'no reason given'}", tone="bad") if p.status == "failed"
                      else Cell(p.folder or ""))
             table.rows.append([c.name, p.source, figure(data, (*base, "load")), figure(data, (*base, "repeat")),
@@ -185,13 +204,13 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
     for i, c in enumerate(study.configs):
         if c.rank == 1:
             unit = f" ({c.objective.unit})" if c.objective.unit else ""
-            report.key_figures.append(KeyFigure(f"best: {c.name}, {objective}{unit}",
-                                                figure(data, ("configs", i, "objective", "value"))))
+            report.key_figures.append(KeyFigure(f"best: {c.name}, {objective}{unit}", _objective(study, data, i)))
             report.key_figures.append(KeyFigure(f"{c.name}: capacity tasks/h", _capacity(data, i)))
             report.key_figures.append(KeyFigure(f"{c.name}: $ per task self-hosted",
                                                 figure(data, ("configs", i, "cost", "self_hosted_per_task"))))
     ranking = Section("Ranking", anchor="ranking", tables=[t for t in (
         ranking_table(study, data), comparisons_table(study, data), configs_table(study, data)) if t])
+    ranking.notes += [f"Note: {note}" for note in study.notes] + statistics_lines(study)
     twin = study.twin_prediction
     if twin is not None and twin.note:
         ranking.notes.append(f"Twin: {twin.note}")

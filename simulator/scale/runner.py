@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import InputError
-from ..live.runner import (Progress, RunAborted, Stopper, make_client, measurement_window, open_probe, open_target,
-                           scraping, server_summary)
+from ..live.runner import (Progress, RunAborted, Stopper, emulator_note, make_client, measurement_window, open_probe,
+                           open_target, scraping, server_summary)
 from ..metrics import histograms, results
 from ..metrics import server as server_metrics
 from ..metrics.folder import planned_counts, run_info, write_summary
@@ -110,7 +110,7 @@ async def run_sharded(
     ray = ray_module()
     workers = workers if workers is not None else getattr(scenario.run, "workers", None)
     window = measurement_window(scenario, workload)
-    planned = planned_counts(workload)
+    planned = planned_counts(workload, window, scenario.run.duration)
     connected = connect(ray, address)
     stopper = Stopper(on_signal)
     if handle_sigint:  # after connecting: Ray's own handlers must not replace the run's
@@ -164,7 +164,7 @@ def _what_ran(scenario: Scenario, target: Any, checked: Optional[dict[str, Any]]
         "scenario_file": scenario.source,
         "settings": mask_settings(scenario.model_dump(mode="json", by_alias=True)),
         "base_url": mask_url(target.base_url),
-        "emulator": scenario.target is None,
+        **emulator_note(scenario),
         **({"preflight": checked} if checked is not None else {}),
         "ray": {"address": mask_url(address) if address else "local", "shards": shards},
     }

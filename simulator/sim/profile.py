@@ -31,6 +31,7 @@ from typing import Any, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .. import validation
 from ..errors import InputError
 from .hybrid import HybridGeometry
 from .hybrid import geometry as hybrid_geometry
@@ -416,7 +417,8 @@ def _validate(data: dict[str, Any], origin: str) -> ServerProfile:
     try:
         return ServerProfile.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(part) for part in first["loc"])
-        field = str(first["loc"][-1]) if first["loc"] else None
-        raise InputError(first["msg"], file=origin, path=loc or None, field=field) from None
+        # every problem at once, with the key or choice a misspelt one was likely meant as
+        raise InputError.several([
+            InputError(problem.text(), file=origin, path=problem.dotted or None, field=problem.field)
+            for problem in validation.problems(exc, ServerProfile)
+        ] or [InputError(str(exc), file=origin)]) from None

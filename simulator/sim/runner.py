@@ -46,7 +46,7 @@ def simulate_to_folder(
     ended). With `keep_gaps` every inter-token gap goes into the ITL histogram, else the summary
     approximates it from each call's ITL mean and count. `retry`, `duration`, `max_in_flight` and
     `drain` are the run settings (`task_run.driver_settings`), honoured as a live run honours them."""
-    planned = planned_counts(workload)
+    planned = planned_counts(workload, window, duration)
     started = time.perf_counter()
     tally, server = RunTally(window, slo), server_metrics.ServerTally()
     samples: Optional[list[server_metrics.Sample]] = [] if scrape_interval is not None else None

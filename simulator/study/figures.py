@@ -52,8 +52,15 @@ class PointFigures:
     task_p95_s: float
     ttft_p95_ms: float
     tasks_completed: int
-    tasks_failed: int
-    """Failed or cancelled top-level tasks of the window."""
+    tasks_not_completed: int
+    """Judged top-level tasks that did not complete: failed, cancelled, interrupted or never started."""
+    tasks_judged: Optional[int] = None
+    """The run's judged tasks (`simulator.metrics.summary.TaskFigures.judged`)."""
+    arrival_span_s: float = 0.0
+    """Seconds from the first to the last arrival of the window's top-level tasks that started."""
+    task_slo_s: dict[str, Optional[float]] = field(default_factory=dict)
+    """The task SLO's percentiles as its check measured them (over every judged task: None when the
+    percentile fell among tasks that did not complete)."""
     busy_fraction: Optional[float] = None
     """Share of the run the twin's engine was busy (simulations only)."""
     growth: Optional[float] = None
@@ -102,8 +109,8 @@ def slo_met(summary: Summary, slo: Slo, max_failed_share: float) -> Optional[boo
     if not checks:
         return None
     tasks = summary.tasks
-    counted = tasks.completed + tasks.failed + tasks.cancelled
-    failed_share = (tasks.failed + tasks.cancelled) / counted if counted else 1.0
+    judged = tasks.judged if tasks.judged is not None else tasks.completed + tasks.not_completed
+    failed_share = tasks.not_completed / judged if judged else 1.0
     return all(c is not None and c.met for c in checks) and failed_share <= max_failed_share and tasks.completed > 0
 
 
@@ -129,8 +136,9 @@ def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: fl
     """The point's figures from its summary and records (the growth check needs a baseline point:
     `PointFigures.judge_growth`)."""
     tasks = summary.tasks
-    task_times, tokens = _completed_tasks(Path(folder), summary.window)
+    task_times, tokens, span = _completed_tasks(Path(folder), summary.window)
     sim = summary.simulation
+    task_check = summary.slo.task_s
     held = slo_met(summary, slo, max_failed_share)
     return PointFigures(
         slo_met=held, held=held,
@@ -142,22 +150,30 @@ def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: fl
         task_p95_s=tasks.completion_time_s.p95,
         ttft_p95_ms=summary.ttft.p95,
         tasks_completed=tasks.completed,
-        tasks_failed=tasks.failed + tasks.cancelled,
+        tasks_not_completed=tasks.not_completed,
+        tasks_judged=tasks.judged,
+        arrival_span_s=span,
+        task_slo_s={key: c.measured for key, c in task_check.percentiles.items()} if task_check else {},
         busy_fraction=sim.busy_fraction if sim is not None else None,
         tokens=tokens,
         task_times=task_times,
     )
 
 
-def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[float, float]], TaskTokens]:
-    """(arrival, completion time) of the window's completed top-level tasks by id, and the tokens of their
-    calls (their sub-tasks' included; successful attempts only)."""
+def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[float, float]], TaskTokens, float]:
+    """(arrival, completion time) of the window's completed top-level tasks by id, the tokens of their
+    calls (their sub-tasks' included; successful attempts only), and the span of the window's top-level
+    arrivals (of the tasks that started)."""
     parent: dict[str, Optional[str]] = {}
     done: dict[str, tuple[float, float]] = {}
+    first = last = None
     for t in results.iter_tasks(folder):
         parent[t.task_id] = t.parent_id
-        if t.parent_id is None and t.ok and window.contains(t.arrival):
-            done[t.task_id] = (t.arrival, t.completion_time)
+        if t.parent_id is None and window.contains(t.arrival):
+            first = t.arrival if first is None else min(first, t.arrival)
+            last = t.arrival if last is None else max(last, t.arrival)
+            if t.ok:
+                done[t.task_id] = (t.arrival, t.completion_time)
 
     def root(task_id: str) -> str:
         seen = 0
@@ -171,4 +187,4 @@ def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[floa
             tokens.input += c.input_tokens
             tokens.cached += c.cached_tokens or 0
             tokens.output += c.output_tokens
-    return done, tokens
+    return done, tokens, (last - first) if first is not None else 0.0

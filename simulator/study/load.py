@@ -43,18 +43,8 @@ class Loaded:
     """Top-level tasks per second arriving (None: set by the closed loop)."""
 
 
-def base_rate(workload: Workload) -> Optional[float]:
-    """The workload's own rate of top-level tasks: (n - 1) over the span of arrivals; None when they
-    all arrive at once (a closed-loop workload)."""
-    arrivals = sorted(t.arrival for t in workload.tasks)
-    span = arrivals[-1] - arrivals[0] if arrivals else 0.0
-    if len(arrivals) < 2 or span <= 0:
-        return None
-    return (len(arrivals) - 1) / span
-
-
 def apply(workload: Workload, run: RunSpec, point: LoadPoint, rate0: Optional[float]) -> Loaded:
-    """The workload and run settings at `point`; `rate0` is the workload's own rate (`base_rate`)."""
+    """The workload and run settings at `point`; `rate0` is the workload's own rate (`transforms.task_rate`)."""
     if point.axis == "max_in_flight":
         return Loaded(workload, run.model_copy(update={"max_in_flight": int(point.value)}), rate0)
     if rate0 is None:

@@ -21,6 +21,8 @@ from .backends import PointError
 from .figures import PointFigures, point_figures
 
 POINT_FILE = "study-point.json"
+MIN_SPAN_TASK_TIMES = 2.0
+"""How many median task times a point's arrivals must last to test its offered rate (`tests_rate`)."""
 
 
 @dataclass
@@ -57,17 +59,38 @@ class PointResult:
         """The point ran and its figures were read."""
         return self.status == "ok" and self.figures is not None
 
-    def sustained_tasks_per_hour(self) -> float:
-        """Completed tasks per hour the server sustains at this load: when the point held its SLO, the
-        offered rate times the share completed (a finite run's own throughput also counts the tail after
-        its last arrival, which long tasks make long); otherwise (the queue grew), or in a closed loop,
-        the run's own throughput."""
+    def tests_rate(self) -> Optional[bool]:
+        """Whether the point's arrivals lasted long enough to test its offered rate as a sustained one:
+        at least `MIN_SPAN_TASK_TIMES` times its tasks' median completion time (the load on a server
+        builds up over about one task time; a shorter stream of arrivals is a burst). None without an
+        offered rate (a closed loop) or figures."""
+        if self.offered_rate is None or self.figures is None:
+            return None
+        return self.figures.arrival_span_s >= MIN_SPAN_TASK_TIMES * self.figures.task_p50_s
+
+    def verdict(self) -> Optional[str]:
+        """'held' (every SLO target held, at a rate the point tested), 'missed', 'untestable' (held, but as
+        a burst: `tests_rate`), or None (no SLO, or the point failed)."""
+        if not self.ok or self.figures.slo_met is None:
+            return None
+        if not self.figures.slo_met:
+            return "missed"
+        return "untestable" if self.tests_rate() is False else "held"
+
+    def sustained_tasks_per_hour(self) -> Optional[float]:
+        """Completed tasks per hour the server sustains at this load: at a point that held the SLO at a
+        rate it tested, the offered rate times the share of judged tasks completed (a finite run's own
+        throughput also counts the tail after its last arrival, which long tasks make long); in a closed
+        loop, the run's own throughput; otherwise (the SLO missed, or a burst) None: the point shows no
+        sustainable rate."""
         f = self.figures
         assert f is not None
-        if self.offered_rate is None or f.slo_met is False:
+        if self.offered_rate is None:
             return f.throughput_tasks_per_hour
-        counted = f.tasks_completed + f.tasks_failed
-        return self.offered_rate * 3600 * (f.tasks_completed / counted if counted else 0.0)
+        if self.verdict() != "held":
+            return None
+        judged = f.tasks_completed + f.tasks_not_completed
+        return self.offered_rate * 3600 * (f.tasks_completed / judged if judged else 0.0)
 
     def describe(self) -> str:
         """How errors name the point."""
@@ -80,7 +103,8 @@ class PointResult:
                "offered_rate_per_s": self.offered_rate}
         out.update(self.figures.to_dict() if self.figures else {})
         if self.figures is not None:
-            out["sustained_tasks_per_hour"] = self.sustained_tasks_per_hour()
+            out.update(verdict=self.verdict(), tests_rate=self.tests_rate(),
+                       sustained_tasks_per_hour=self.sustained_tasks_per_hour())
         out.update(self.extra)
         out.update({"gpu": self.gpu, "run_s": self.run_s, "overhead_s": self.overhead_s})
         return out

@@ -11,10 +11,10 @@ from .. import scenario as scenario_mod
 from ..errors import InputError
 from ..metrics.slo import Slo
 from ..scenario import RunSpec, Scenario
+from ..transforms import task_rate
 from ..workload import Workload
 from .cost import api_tokens
 from .figures import TaskTokens
-from .load import base_rate
 from .schema import StudySpec
 
 
@@ -78,7 +78,7 @@ class Workloads:
         if repeat not in self._made:
             scenario = self.seeded(repeat)
             workload = scenario_mod.load_workload(scenario)
-            self._made[repeat] = (scenario, workload, base_rate(workload))
+            self._made[repeat] = (scenario, workload, task_rate(workload))
         return self._made[repeat]
 
     def seeded(self, repeat: int) -> Scenario:

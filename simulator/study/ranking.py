@@ -10,96 +10,71 @@ Objectives:
 - ``cost``: self-hosted $ per completed task at the capacity (else the lowest of the sweep points that
   held the SLO). Lower is better.
 
-Each config's value comes with samples (one per repeat, or one per task for p95_task). Two neighbours
-in the ranking are compared by a bootstrap of the difference of their statistic (`scipy.stats.bootstrap`,
-percentile method, at the study's confidence), widened by the capacity search's resolution; when the
-interval holds 0, or a side has fewer than two samples and the two configs' own intervals overlap, the
-difference is called within noise.
+Each config's value comes with one sample per repeat (a capacity search's estimate, a run's figure, a
+run's own p95). A statistic claims only what its repeats support: with fewer than `MIN_REPEATS_FOR_CI`
+samples a value has no confidence interval and two neighbours in the ranking are not tested (their
+order is the measured one, said to be untested); from two on, the interval is Student's t over the
+samples and the test of two neighbours Welch's t interval of the difference of their means, both at the
+study's confidence and widened by the capacity search's resolution. A difference whose interval holds 0
+is within noise. A value that is only a bound (a capacity above the search's range: at least X) is not
+tested against a neighbour it could pass.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
+import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Optional
 
-import numpy as np
 from scipy import stats
 
-RESAMPLES = 2000
-SEED = 12345
-"""The bootstrap's seed: a study's verdicts do not change from one read of its results to the next."""
+from .model import MIN_REPEATS_FOR_CI, Comparison
 
 UNITS = {"goodput": "tasks/h", "p95_task": "s", "cost": "$/task"}
 HIGHER_IS_BETTER = {"goodput": True, "p95_task": False, "cost": False}
-
-
-def mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The statistic of per-repeat samples (vectorised for the bootstrap)."""
-    return np.mean(x, axis=axis)
-
-
-def p95(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The statistic of per-task times (vectorised for the bootstrap)."""
-    return np.percentile(x, 95, axis=axis)
+REPEATS_HINT = "--set repeats=3"
+"""How a user gets the repeats a test needs (the study's `repeats`, which capacity searches follow)."""
 
 
 @dataclass
 class Value:
-    """A config's objective: the figure, its interval, and what the bootstrap resamples."""
+    """A config's objective: the figure, its samples (one per repeat), its interval and its kind."""
 
     value: Optional[float]
     samples: list[float] = field(default_factory=list)
-    statistic: Callable[..., Any] = mean
     resolution: float = 0.0
     """Half-width added to any interval (the capacity search's last brackets)."""
     ci: Optional[tuple[float, float]] = None
+    bound: str = "exact"
+    """'exact', or 'at_least' / 'at_most' when the value only bounds the figure."""
 
     def with_ci(self, confidence: float) -> Value:
-        """This value with its interval: the given one, else a bootstrap of its samples, widened by
-        the resolution."""
-        if self.ci is None and self.value is not None:
-            low, high = _interval(self.samples, self.statistic, confidence)
-            self.ci = (low - self.resolution, high + self.resolution) if low is not None else None
+        """This value with its interval: the given one, else Student's t over its samples (from
+        `MIN_REPEATS_FOR_CI` on), widened by the resolution."""
+        if self.ci is None and self.value is not None and self.bound == "exact":
+            interval = _mean_interval(self.samples, confidence)
+            if interval is not None:
+                self.ci = (interval[0] - self.resolution, interval[1] + self.resolution)
         return self
 
 
-def _interval(samples: list[float], statistic: Callable[..., Any], confidence: float,
-              other: Optional[list[float]] = None) -> tuple[Optional[float], Optional[float]]:
-    """Percentile-bootstrap interval of statistic(samples) (or of statistic(samples) - statistic(other))."""
-    if len(samples) < 2 or (other is not None and len(other) < 2):
-        return None, None
-    if len(set(samples)) == 1 and (other is None or len(set(other)) == 1):
-        point = float(statistic(np.asarray(samples))) - (float(statistic(np.asarray(other))) if other else 0.0)
-        return point, point
-    data = (np.asarray(samples),) if other is None else (np.asarray(samples), np.asarray(other))
-    fn = statistic if other is None else (lambda x, y, axis=-1: statistic(x, axis=axis) - statistic(y, axis=axis))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate resamples of tiny samples warn; the interval stands
-        result = stats.bootstrap(data, fn, confidence_level=confidence, n_resamples=RESAMPLES, method="percentile",
-                                 random_state=np.random.default_rng(SEED), vectorized=True)
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+def _mean_interval(samples: list[float], confidence: float) -> Optional[tuple[float, float]]:
+    """Student's t interval of the mean of `samples` (None from too few)."""
+    if len(samples) < MIN_REPEATS_FOR_CI:
+        return None
+    mean = statistics.fmean(samples)
+    half = float(stats.t.ppf((1 + confidence) / 2, len(samples) - 1)) * statistics.stdev(samples) / math.sqrt(len(samples))
+    return mean - half, mean + half
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Two neighbours of the ranking: the difference of their objective, its interval, the verdict."""
-
-    better: str
-    worse: str
-    difference: float
-    ci: Optional[tuple[float, float]]
-    significant: bool
-
-    def to_dict(self, unit: str) -> dict[str, Any]:
-        """The comparison as study.json holds it, with its verdict in words."""
-        verdict = (f"{self.better} ahead of {self.worse}" if self.significant
-                   else f"{self.better} and {self.worse} within noise")
-        ci = [v if math.isfinite(v) else None for v in self.ci] if self.ci else None
-        return {"better": self.better, "worse": self.worse, "difference": self.difference,
-                "ci": ci, "significant": self.significant,
-                "verdict": f"{verdict} ({self.difference:+.4g} {unit})"}
+def _difference_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float]:
+    """Welch's t interval of mean(a) - mean(b) (a point when neither varies)."""
+    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
+        d = statistics.fmean(a) - statistics.fmean(b)
+        return d, d
+    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    return float(interval.low), float(interval.high)
 
 
 def rank(values: dict[str, Value], objective: str, confidence: float) -> tuple[list[str], list[Comparison]]:
@@ -107,23 +82,51 @@ def rank(values: dict[str, Value], objective: str, confidence: float) -> tuple[l
     higher = HIGHER_IS_BETTER[objective]
     valued = [name for name, v in values.items() if v.value is not None]
     order = sorted(valued, key=lambda n: values[n].value, reverse=higher)
-    comparisons = [_compare(a, b, values[a], values[b], confidence, higher) for a, b in zip(order, order[1:])]
+    comparisons = [compare(a, b, values[a], values[b], confidence, objective) for a, b in zip(order, order[1:])]
     return order + [n for n in values if n not in valued], comparisons
 
 
-def _compare(a: str, b: str, va: Value, vb: Value, confidence: float, higher: bool) -> Comparison:
+def compare(a: str, b: str, va: Value, vb: Value, confidence: float, objective: str) -> Comparison:
+    """`a` (ranked better) against `b`: the difference in `a`'s favour, and whether it is beyond noise."""
+    higher = HIGHER_IS_BETTER[objective]
+    unit = UNITS[objective]
     difference = (va.value - vb.value) if higher else (vb.value - va.value)
-    low, high = _interval(va.samples, va.statistic, confidence, vb.samples)
-    if low is not None:
-        if not higher:
-            low, high = -high, -low
-        widen = va.resolution + vb.resolution
-        ci = (low - widen, high + widen)
-        return Comparison(a, b, difference, ci, ci[0] > 0)
-    if va.ci is not None and vb.ci is not None:
-        apart = va.ci[0] > vb.ci[1] if higher else va.ci[1] < vb.ci[0]
-        return Comparison(a, b, difference, None, apart)
-    return Comparison(a, b, difference, None, False)
+    amount = f"{_signed(difference)} {unit}"
+    # a bound cannot be ordered against a value it may pass: 'at least X' ranked below, 'at most X' above
+    loose = (va.bound == "at_most" if higher else va.bound == "at_least") or \
+            (vb.bound == "at_least" if higher else vb.bound == "at_most")
+    if loose:
+        return Comparison(better=a, worse=b, difference=difference, tested=False, significant=None,
+                          verdict=f"{a} and {b}: order not settled ({amount}): a value beyond its search's range "
+                                  "bounds the figure only")
+    n = min(len(va.samples), len(vb.samples))
+    if n < MIN_REPEATS_FOR_CI:
+        return Comparison(better=a, worse=b, difference=difference, tested=False, significant=None,
+                          verdict=f"{a} ahead of {b} ({amount}) in {_repeats(n)}: not tested for significance "
+                                  f"(needs {MIN_REPEATS_FOR_CI} repeats or more: {REPEATS_HINT})")
+    low, high = _difference_interval(va.samples, vb.samples, confidence)
+    if not higher:
+        low, high = -high, -low
+    widen = va.resolution + vb.resolution
+    ci = (low - widen, high + widen)
+    significant = ci[0] > 0
+    words = f"{a} ahead of {b}" if significant else f"{a} and {b} within noise"
+    return Comparison(better=a, worse=b, difference=difference, ci=ci, tested=True, significant=significant,
+                      verdict=f"{words} ({amount}, {confidence:.0%} CI {_signed(ci[0])} to {_signed(ci[1])}, "
+                              f"{n} repeats)")
+
+
+def _repeats(n: int) -> str:
+    return "one repeat" if n == 1 else "no repeat" if n == 0 else f"{n} repeats"
+
+
+def _signed(value: float) -> str:
+    """A difference for a sentence: sign, thousands separated, no exponent, float noise as 0."""
+    if abs(value) < 1e-9:
+        return "0"
+    magnitude = abs(value)
+    digits = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else 2 - math.floor(math.log10(magnitude))
+    return f"{value:+,.{digits}f}"
 
 
 def order_of(values: dict[str, Optional[float]], objective: str) -> list[str]:
@@ -131,3 +134,4 @@ def order_of(values: dict[str, Optional[float]], objective: str) -> list[str]:
     higher = HIGHER_IS_BETTER[objective]
     valued = sorted((n for n, v in values.items() if v is not None), key=lambda n: values[n], reverse=higher)
     return valued + [n for n, v in values.items() if v is None]
+

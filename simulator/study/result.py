@@ -1,5 +1,6 @@
-"""study.json from what a study ran (its shape is in `simulator.study`'s docstring and docs/study.md),
-and the objective values the ranking, the twin's prediction and the config space share."""
+"""study.json from what a study ran (`build`: the typed `simulator.study.model.Study`), and the objective
+values the ranking, the twin's prediction and the config space share. Each figure is computed here once;
+its definition is the model's."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from . import STUDY_VERSION, cost
-from .load import AXIS_UNITS
+from . import cost
 from .capacity import Capacity
+from .load import AXIS_UNITS
+from .model import (STUDY_VERSION, CapacityResult, ConfigResult, Cost, FailedPoint, Gpu, Objective, Quality,
+                    Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
 from .points import PointResult
-from .ranking import HIGHER_IS_BETTER, UNITS, Value, mean, order_of, p95, rank
+from .ranking import HIGHER_IS_BETTER, UNITS, Value, order_of, rank
 
 if TYPE_CHECKING:
     from .runner import ConfigRun, StudyRunner
@@ -48,8 +51,10 @@ def _capacity_points(run: ConfigRun) -> list[PointResult]:
 
 
 def _mean(values: list[Optional[float]]) -> Optional[float]:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
+    """The mean of the values, None when one is missing or there are none."""
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.fmean(values)
 
 
 def _pooled(points: list[PointResult], q: float) -> Optional[float]:
@@ -61,16 +66,17 @@ def _aggregate(points: list[PointResult]) -> dict[str, Any]:
     """Figures of a group of points (the repeats at one load): means, task percentiles pooled."""
     figures = [p.figures for p in points]
     return {
-        "throughput_tasks_per_hour": _mean([p.sustained_tasks_per_hour() for p in points]),
-        "run_throughput_tasks_per_hour": _mean([f.throughput_tasks_per_hour for f in figures]),
+        "offered_tasks_per_hour": _mean([p.offered_rate * 3600 if p.offered_rate is not None else None for p in points]),
+        "throughput_tasks_per_hour": _mean([f.throughput_tasks_per_hour for f in figures]),
         "goodput_tasks_per_hour": _mean([f.goodput_tasks_per_hour for f in figures]),
+        "sustained_tasks_per_hour": _mean([p.sustained_tasks_per_hour() for p in points]),
         "output_tokens_per_s": _mean([f.output_tokens_per_s for f in figures]),
         "task_p50_s": _pooled(points, 50), "task_p95_s": _pooled(points, 95),
         "ttft_p95_ms": _mean([f.ttft_p95_ms for f in figures]),
     }
 
 
-def _sweep(run: ConfigRun) -> list[dict[str, Any]]:
+def _sweep(run: ConfigRun) -> list[SweepRow]:
     groups: dict[float, list[PointResult]] = defaultdict(list)
     for p in run.points:
         if p.source == "sweep":
@@ -79,49 +85,49 @@ def _sweep(run: ConfigRun) -> list[dict[str, Any]]:
     for load, group in groups.items():
         ok = [p for p in group if p.ok]
         met = [p.figures.slo_met for p in ok if p.figures.slo_met is not None]
-        row = {"load": load, "repeats": len(group), "ok": len(ok), "slo_met_share": sum(met) / len(met) if met else None}
-        row.update(_aggregate(ok) if ok else {})
-        out.append(row)
+        out.append(SweepRow(load=load, repeats=len(group), ok=len(ok),
+                            slo_met_share=sum(met) / len(met) if met else None, **(_aggregate(ok) if ok else {})))
     return out
 
 
-def _cost(runner: StudyRunner, run: ConfigRun, points: list[PointResult]) -> Optional[dict[str, Any]]:
-    """$ per task both ways, at the capacity (else at the ranking load), and the utilisation behind it."""
+def _cost(runner: StudyRunner, run: ConfigRun, points: list[PointResult]) -> Optional[Cost]:
+    """$ per task both ways, at the capacity (else at the ranking load's sustained rate), and the
+    utilisation behind it."""
     if not points:
         return None
     spec = runner.spec.cost
     if run.capacity is not None and run.capacity.rate is not None:
         tasks_h, at_rate = run.capacity.rate * 3600, run.capacity.rate
     else:
-        tasks_h, at_rate = _mean([p.sustained_tasks_per_hour() for p in points]), _mean([p.offered_rate for p in points])
+        sustained = _mean([p.sustained_tasks_per_hour() for p in points])
+        tasks_h = sustained if sustained is not None else _mean([p.figures.throughput_tasks_per_hour for p in points])
+        at_rate = _mean([p.offered_rate for p in points])
     busy = [p.figures.busy_fraction for p in points if p.figures.busy_fraction is not None]
     util = [p.gpu["utilisation_mean_perc"] / 100 for p in points if p.gpu]
     energy = [p.gpu["energy_j"] / p.figures.tasks_completed for p in points if p.gpu and p.figures.tasks_completed]
-    return {
-        "self_hosted_per_task": cost.self_hosted_per_task(spec, tasks_h),
-        "api_per_task": _mean([cost.api_per_task(spec, cost.api_tokens_of(runner.workloads.api_tokens(p.repeat),
-                                                                          p.figures.task_times)) for p in points]),
-        "at_rate_per_s": at_rate, "tasks_per_hour": tasks_h,
-        "utilisation": _mean(busy) if busy else _mean(util),
-        "utilisation_source": "twin engine busy share" if busy else ("GPU utilisation (NVML)" if util else "not measured"),
-        "joules_per_task": _mean(energy),
-    }
+    return Cost(
+        self_hosted_per_task=cost.self_hosted_per_task(spec, tasks_h),
+        api_per_task=_mean([cost.api_per_task(spec, cost.api_tokens_of(runner.workloads.api_tokens(p.repeat),
+                                                                        p.figures.task_times)) for p in points]),
+        at_rate_per_s=at_rate, tasks_per_hour=tasks_h,
+        utilisation=statistics.fmean(busy) if busy else (statistics.fmean(util) if util else None),
+        utilisation_source="twin engine busy share" if busy else ("GPU utilisation (NVML)" if util else "not measured"),
+        joules_per_task=statistics.fmean(energy) if energy else None)
 
 
-def _gpu(run: ConfigRun) -> dict[str, Any]:
+def _gpu(run: ConfigRun) -> Gpu:
     measured = [p for p in run.points if p.ok and p.gpu]
     if not measured:
-        return {"available": False, "note": run.gpu_note or "no GPU figures", "memory_used_max_bytes": None,
-                "utilisation_mean_perc": None, "energy_j": None, "joules_per_task": None}
+        return Gpu(available=False, note=run.gpu_note or "no GPU figures")
     tasks = sum(p.figures.tasks_completed for p in measured)
     energy = sum(p.gpu["energy_j"] for p in measured)
-    return {"available": True, "note": None, "memory_used_max_bytes": max(p.gpu["memory_used_max_bytes"] for p in measured),
-            "utilisation_mean_perc": statistics.fmean(p.gpu["utilisation_mean_perc"] for p in measured),
-            "energy_j": energy, "joules_per_task": energy / tasks if tasks else None}
+    return Gpu(available=True, memory_used_max_bytes=max(p.gpu["memory_used_max_bytes"] for p in measured),
+               utilisation_mean_perc=statistics.fmean(p.gpu["utilisation_mean_perc"] for p in measured),
+               energy_j=energy, joules_per_task=energy / tasks if tasks else None)
 
 
 def objective_values(runner: StudyRunner, runs: dict[str, ConfigRun]) -> dict[str, Value]:
-    """Each config's objective value, with what its interval and the ranking's bootstrap resample."""
+    """Each config's objective value, with its samples (one per repeat) and interval."""
     objective, load = runner.spec.objective, rank_load(runner)
     spec = runner.spec.cost
     out = {}
@@ -129,16 +135,21 @@ def objective_values(runner: StudyRunner, runs: dict[str, ConfigRun]) -> dict[st
         cap = run.capacity
         has_cap = cap is not None and cap.rate is not None
         if objective == "p95_task":
-            times = [t for p in _sweep_points(run, load) for t in p.figures.completion_times]
-            value = Value(float(np.percentile(times, 95)) if times else None, times, p95)
+            points = _sweep_points(run, load)
+            times = [t for p in points for t in p.figures.completion_times]
+            per_repeat = [float(np.percentile(p.figures.completion_times, 95)) for p in points
+                          if p.figures.completion_times]
+            value = Value(float(np.percentile(times, 95)) if times else None, per_repeat)
         elif objective == "goodput" and has_cap:
-            value = Value(cap.rate * 3600, [e * 3600 for e in cap.estimates], mean, cap.resolution * 3600,
-                          (cap.ci[0] * 3600, cap.ci[1] * 3600))
+            value = Value(cap.rate * 3600, [e * 3600 for e in cap.estimates], cap.resolution * 3600,
+                          (cap.ci[0] * 3600, cap.ci[1] * 3600) if cap.ci else None)
         elif objective == "cost" and has_cap:
             price = spec.gpu_hour * spec.gpus
-            low, high = cap.ci
-            value = Value(price / (cap.rate * 3600), [price / (e * 3600) for e in cap.estimates], mean, 0.0,
-                          (price / (high * 3600), price / (low * 3600) if low > 0 else float("inf")))
+            ci = None
+            if cap.ci:
+                low, high = cap.ci
+                ci = (price / (high * 3600), price / (low * 3600) if low > 0 else math.inf)
+            value = Value(price / (cap.rate * 3600), [price / (e * 3600) for e in cap.estimates], 0.0, ci)
         elif objective in ("goodput", "cost") and cap is not None and cap.status in ("above_range", "below_range"):
             value = _unbracketed(cap, objective, spec)
         else:
@@ -151,16 +162,15 @@ def _unbracketed(cap: Capacity, objective: str, spec: Any) -> Value:
     """A capacity search that found no bracket ranks by its bound: above the range by the highest rate
     that held (at least that), below it as zero (no rate held)."""
     above = cap.status == "above_range"
-    rate = cap.at_least if above else 0.0
-    samples = [s.low or 0.0 for s in cap.searches] if above else [0.0]
     if objective == "goodput":
-        bounds = (rate * 3600, math.inf) if above else (0.0, (cap.at_most or 0.0) * 3600)
-        return Value(rate * 3600, [x * 3600 for x in samples], mean, ci=bounds)
-    price = spec.gpu_hour * spec.gpus
+        if not above:
+            return Value(0.0, [0.0 for _ in cap.searches])
+        return Value(cap.at_least * 3600, [(s.low or 0.0) * 3600 for s in cap.searches], bound="at_least")
     if not above:
         return Value(None)
-    return Value(price / (rate * 3600), [price / (x * 3600) for x in samples if x], mean,
-                 ci=(0.0, price / (rate * 3600)))
+    price = spec.gpu_hour * spec.gpus
+    return Value(price / (cap.at_least * 3600), [price / (s.low * 3600) for s in cap.searches if s.low],
+                 bound="at_most")
 
 
 def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
@@ -176,12 +186,12 @@ def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
             samples = [p.figures.goodput_tasks_per_hour if p.figures.goodput_tasks_per_hour is not None
                        else p.figures.throughput_tasks_per_hour for p in group]
         else:
-            if not all(p.figures.slo_met is not False for p in group):
+            if not all(p.verdict() in ("held", None) for p in group):
                 continue
             samples = [cost.self_hosted_per_task(spec, p.sustained_tasks_per_hour()) for p in group]
             if any(s is None for s in samples):
                 continue
-        candidate = Value(statistics.fmean(samples), samples, mean)
+        candidate = Value(statistics.fmean(samples), samples)
         if best is None:
             best = candidate
         elif candidate.value > best.value if HIGHER_IS_BETTER[objective] else candidate.value < best.value:
@@ -189,8 +199,24 @@ def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
     return best or Value(None)
 
 
+def _finite(pair: Optional[tuple[float, float]]) -> Optional[tuple[Optional[float], Optional[float]]]:
+    """JSON has no infinity: an open end of an interval is null."""
+    if pair is None:
+        return None
+    return tuple(v if math.isfinite(v) else None for v in pair)  # type: ignore[return-value]
+
+
+def _objective(runner: StudyRunner, value: Value, run: ConfigRun) -> Objective:
+    cap = run.capacity
+    resolution = None
+    if runner.spec.objective == "goodput" and cap is not None and cap.rate is not None:
+        resolution = cap.resolution * 3600
+    return Objective(value=value.value, ci=_finite(value.ci), unit=UNITS[runner.spec.objective],
+                     bound=value.bound, samples=len(value.samples), resolution=resolution)
+
+
 def config_entry(runner: StudyRunner, run: ConfigRun, value: Value, rank_no: Optional[int],
-                 twin: Optional[dict[str, Any]]) -> dict[str, Any]:
+                 twin: Optional[TwinEntry]) -> ConfigResult:
     """One config in study.json."""
     c = run.config
     load = rank_load(runner)
@@ -201,33 +227,19 @@ def config_entry(runner: StudyRunner, run: ConfigRun, value: Value, rank_no: Opt
         at_load = _mean([p.load for p in at])
     reference = next((p for p in run.points if p.source == "reference" and p.ok), None)
     status = "ok" if run.error is None else ("failed" if not any(p.ok for p in run.points) else "partial")
-    entry = {
-        "name": c.name, "kind": c.kind, "is_base": c.is_base, "differs_by": c.differs_by,
-        "status": status, "error": run.error, "server": run.server,
-        "points": [p.to_dict() for p in run.points], "sweep": _sweep(run), "at_load": at_load,
-    }
-    entry.update(_aggregate(at) if at else dict.fromkeys(
-        ("throughput_tasks_per_hour", "run_throughput_tasks_per_hour", "goodput_tasks_per_hour", "output_tokens_per_s",
-         "task_p50_s", "task_p95_s", "ttft_p95_ms")))
-    entry.update({
-        "capacity": run.capacity.to_dict() if run.capacity is not None else None,
-        "cost": _cost(runner, run, at),
-        "quality": run.quality,
-        "gpu": _gpu(run),
-        "reference": None if reference is None else {
+    return ConfigResult(
+        name=c.name, kind=c.kind, is_base=c.is_base, differs_by=c.differs_by, status=status, error=run.error,
+        server=run.server, points=[StudyPoint.model_validate(p.to_dict()) for p in run.points], sweep=_sweep(run),
+        at_load=at_load, **(_aggregate(at) if at else {}),
+        capacity=CapacityResult.model_validate(run.capacity.to_dict()) if run.capacity is not None else None,
+        cost=_cost(runner, run, at),
+        quality=Quality.model_validate(run.quality) if run.quality is not None else None,
+        gpu=_gpu(run),
+        reference=None if reference is None else {
             "label": runner.spec.reference.label or _shape_label(runner), "folder": reference.folder,
             "output_tokens_per_s": reference.figures.output_tokens_per_s,
             "requests_per_s": reference.figures.requests_per_s},
-        "objective": {"value": value.value, "ci": [_finite(v) for v in value.ci] if value.ci else None,
-                      "unit": UNITS[runner.spec.objective]},
-        "rank": rank_no, "twin": twin,
-    })
-    return entry
-
-
-def _finite(value: float) -> Optional[float]:
-    """JSON has no infinity: an open end of an interval is null."""
-    return value if math.isfinite(value) else None
+        objective=_objective(runner, value, run), rank=rank_no, twin=twin)
 
 
 def _shape_label(runner: StudyRunner) -> str:
@@ -235,7 +247,7 @@ def _shape_label(runner: StudyRunner) -> str:
     return f"{s.input_tokens}/{s.output_tokens} x {s.concurrency}"
 
 
-def study_json(runner: StudyRunner) -> dict[str, Any]:
+def build(runner: StudyRunner) -> Study:
     """The whole study.json."""
     spec, objective = runner.spec, runner.spec.objective
     values = objective_values(runner, runner.runs)
@@ -247,37 +259,52 @@ def study_json(runner: StudyRunner) -> dict[str, Any]:
     points = [p for r in runner.runs.values() for p in r.points] + \
         [p for r in runner.twin_runs.values() for p in r.points]
     fresh = [p.overhead_s for p in points if not p.resumed]
-    return {
-        "agentload_study": STUDY_VERSION, "name": spec.display_name(), "description": spec.description,
-        "study_file": spec.source, "folder": str(runner.folder),
-        "started_at": _iso(runner.started_at), "finished_at": _iso(_now()) if runner.complete else None,
-        "complete": runner.complete,
-        "workload": {"source": runner.scenario.source or "", "tasks": tasks, "calls": calls, "subtasks": subtasks,
-                     "base_rate_per_s": rate0},
-        "slo": runner.scenario.slo.model_dump(mode="json", exclude_none=True, by_alias=True),
-        "axis": spec.load.axis if spec.load else None, "axis_unit": AXIS_UNITS[spec.load.axis] if spec.load else None,
-        "objective": objective, "confidence": spec.confidence,
-        "cost": spec.cost.model_dump(mode="json") if spec.cost else None,
-        "base": next(c.name for c in runner.configs if c.is_base),
-        "configs": [config_entry(runner, run, values[name], ranks.get(name), twin_entries.get(name))
-                    for name, run in runner.runs.items()],
-        "ranking": {"objective": objective, "unit": UNITS[objective],
-                    "better": "higher" if HIGHER_IS_BETTER[objective] else "lower", "order": order,
-                    "comparisons": [c.to_dict(UNITS[objective]) for c in comparisons]},
-        "twin_prediction": prediction,
-        "space": _space(runner, order),
-        "overhead": {"points": len(fresh), "mean_s": statistics.fmean(fresh) if fresh else None,
-                     "max_s": max(fresh) if fresh else None},
-        "failed_points": [{"config": p.config, "load": p.load, "repeat": p.repeat, "source": p.source,
-                           "error": p.error, "folder": p.folder} for p in points if p.status != "ok"],
-    }
+    return Study(
+        agentload_study=STUDY_VERSION, name=spec.display_name(), description=spec.description,
+        study_file=spec.source, folder=str(runner.folder),
+        started_at=_iso(runner.started_at), finished_at=_iso(_now()) if runner.complete else None,
+        complete=runner.complete,
+        workload={"source": runner.scenario.source or "", "tasks": tasks, "calls": calls, "subtasks": subtasks,
+                  "base_rate_per_s": rate0},
+        slo=runner.scenario.slo.model_dump(mode="json", exclude_none=True, by_alias=True),
+        axis=spec.load.axis if spec.load else None, axis_unit=AXIS_UNITS[spec.load.axis] if spec.load else None,
+        objective=objective, confidence=spec.confidence, repeats=spec.repeats,
+        capacity_repeats=(spec.capacity.repeats or spec.repeats) if spec.capacity else None,
+        notes=list(runner.notes) + _untestable_notes(runner),
+        cost=spec.cost.model_dump(mode="json") if spec.cost else None,
+        base=next(c.name for c in runner.configs if c.is_base),
+        configs=[config_entry(runner, run, values[name], ranks.get(name), twin_entries.get(name))
+                 for name, run in runner.runs.items()],
+        ranking=Ranking(objective=objective, unit=UNITS[objective],
+                        better="higher" if HIGHER_IS_BETTER[objective] else "lower", order=order,
+                        comparisons=comparisons),
+        twin_prediction=prediction,
+        space=_space(runner, order),
+        overhead={"points": len(fresh), "mean_s": statistics.fmean(fresh) if fresh else None,
+                  "max_s": max(fresh) if fresh else None},
+        failed_points=[FailedPoint(config=p.config, load=p.load, repeat=p.repeat, source=p.source, error=p.error,
+                                   folder=p.folder) for p in points if p.status != "ok"],
+    )
+
+
+def _untestable_notes(runner: StudyRunner) -> list[str]:
+    """One line per config whose probes or sweep points came as bursts too short to test their rate."""
+    notes = []
+    tasks = runner.workloads.get(0)[1].counts()[0]
+    for name, run in runner.runs.items():
+        bursts = sorted({p.offered_rate for p in run.points if p.verdict() == "untestable"})
+        if bursts:
+            rates = ", ".join(f"{rate:.3g}" for rate in bursts)
+            notes.append(f"{name}: at {rates} tasks/s the SLO held, but the workload's {tasks:,} tasks arrived within "
+                         "two median task times: a burst, not a test of that rate (more tasks test higher rates)")
+    return notes
 
 
 def _now() -> float:
     return time.time()
 
 
-def _twin_prediction(runner: StudyRunner, measured: list[str]) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
+def _twin_prediction(runner: StudyRunner, measured: list[str]) -> tuple[Optional[TwinPrediction], dict[str, TwinEntry]]:
     """The twin's order of the live configs it ran, against the measured order of the same configs."""
     if not runner.twin_runs:
         return None, {}
@@ -286,13 +313,13 @@ def _twin_prediction(runner: StudyRunner, measured: list[str]) -> tuple[Optional
     names = set(runner.twin_runs)
     measured_same = [n for n in measured if n in names]
     profile = runner.twin_profile_source() or ""
-    entries = {n: {"predicted_value": values[n].value, "predicted_rank": predicted.index(n) + 1, "profile": profile}
+    entries = {n: TwinEntry(predicted_value=values[n].value, predicted_rank=predicted.index(n) + 1, profile=profile)
                for n in predicted}
     left_out = [c.name for c in runner.configs if c.live and c.name not in names]
     note = f"no twin equivalent (flags only): {', '.join(left_out)}" if left_out else None
-    return {"profile": profile, "calibrated": runner.calibrated is not None, "configs": sorted(names),
-            "predicted_order": predicted, "measured_order": measured_same, "same_order": predicted == measured_same,
-            "note": note}, entries
+    return TwinPrediction(profile=profile, calibrated=runner.calibrated is not None, configs=sorted(names),
+                          predicted_order=predicted, measured_order=measured_same,
+                          same_order=predicted == measured_same, note=note), entries
 
 
 def _space(runner: StudyRunner, measured: list[str]) -> Optional[dict[str, Any]]:

@@ -88,6 +88,8 @@ class StudyRunner:
         self._reference: Optional[Workload] = None
         self.started_at = time.time()
         self.complete = False
+        self.notes: list[str] = list(spec.notes)
+        """What a reader of the results must know (settings that took effect), for study.json."""
 
     # --- the whole study ---------------------------------------------------------------------------
 
@@ -196,9 +198,9 @@ class StudyRunner:
         assert cap is not None
         searches = []
         for repeat in range(cap.repeats or self.spec.repeats):
-            def probe(rate: float, repeat: int = repeat) -> Optional[bool]:
+            def probe(rate: float, repeat: int = repeat) -> Optional[str]:
                 point = self.point(run, backend, root, "capacity", LoadPoint("rate", rate), repeat, sampler)
-                return point.figures.slo_met if point.ok else None
+                return point.verdict()
             searches.append(search(probe, cap.low, cap.high or cap.low * 4, cap.precision, cap.max_probes, repeat,
                                    min_rate=cap.min_rate if cap.min_rate is not None else cap.low / 16))
         return combine(searches, self.spec.confidence)
@@ -363,7 +365,9 @@ def _progress(point: PointResult) -> str:
     if not point.ok:
         return f"{head}: FAILED: {point.error}"
     f = point.figures
-    slo = "" if f.slo_met is None else ("  SLO held" if f.slo_met else "  SLO missed")
+    verdict = point.verdict()
+    slo = {None: "", "held": "  SLO held", "missed": "  SLO missed",
+           "untestable": "  SLO held, but as a burst: arrivals too short to test the rate"}[verdict]
     return (f"{head}: {f.tasks_completed} tasks, {f.throughput_tasks_per_hour:,.1f} tasks/h, "
             f"task p95 {f.task_p95_s:,.2f} s, TTFT p95 {f.ttft_p95_ms:,.1f} ms, "
             f"{f.output_tokens_per_s:,.1f} tok/s{slo}  ({point.run_s:.1f} s)")

@@ -329,6 +329,12 @@ class StudySpec(_Strict):
         return self
 
     _source: Optional[str] = PrivateAttr(None)
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """What loading the file decided that a reader of the results must know (an override's reach)."""
+        return self._notes
 
     @property
     def source(self) -> str:
@@ -362,11 +368,26 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> StudySpec:
     """Validate study YAML text; `source` names it in errors and anchors relative paths."""
     data, node, set_keys = read_mapping(
         text, source, overrides, "a study", "a study must be a mapping (scenario or workload, configs, load or capacity)")
+    notes = _repeats_everywhere(data, set_keys)
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
-        raise describe_error(exc, node, source, set_keys) from None
+        raise describe_error(exc, node, source, set_keys, model=StudySpec) from None
     except RecursionError:
         raise InputError("a value is nested too deeply to be a study setting", file=source) from None
     spec._source = source
+    spec._notes = notes
     return spec
+
+
+def _repeats_everywhere(data: dict, set_keys: set[str]) -> list[str]:
+    """`--set repeats=N` means every repeat of the study: the capacity searches' too, whose own
+    `capacity.repeats` in the file would otherwise win. Returns the note saying so (none when nothing
+    was overridden)."""
+    capacity = data.get("capacity")
+    if "repeats" not in set_keys or "capacity.repeats" in set_keys or not isinstance(capacity, dict) \
+            or capacity.get("repeats") is None:
+        return []
+    was, capacity["repeats"] = capacity["repeats"], data.get("repeats")
+    return [f"repeats {data.get('repeats')} (--set) also for the capacity searches: the file's capacity.repeats "
+            f"{was} overridden"]

@@ -8,6 +8,7 @@ An importer module defines ``FORMAT`` (its name on the command line), ``sniff(pa
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -42,8 +43,9 @@ def formats() -> list[str]:
     return list(importers())
 
 
-def detect(path: Path) -> ModuleType:
-    """The importer whose `sniff` accepts this file."""
+def detect(path: Path, format_option: str = "--format") -> ModuleType:
+    """The importer whose `sniff` accepts this file; `format_option` is how the user forces a format
+    where the path came from (a command's --format, a scenario's workload.format), named when none does."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(HEAD_BYTES)
@@ -55,7 +57,8 @@ def detect(path: Path) -> ModuleType:
         if module.sniff(path, head):
             return module
     raise InputError(
-        f"unknown trace format (known: {', '.join(formats())}; force one with --format)", file=str(path)
+        f"unknown trace format: no importer recognises this file; force one with {format_option} "
+        f"(known formats: {', '.join(formats())})", file=str(path)
     )
 
 
@@ -84,14 +87,18 @@ def load(
     format: Optional[str] = None,
     on_error: OnError = "raise",
     assume_append_only: bool = False,
+    format_option: str = "--format",
 ) -> Workload:
     """Import files and folders (every file inside, recursively) as one workload, sorted by arrival.
 
     With `assume_append_only`, (sub-)tasks whose calls carry no hash ids get ids from the agent loop's
-    append-only context (`simulator.traces.structure`)."""
+    append-only context (`simulator.traces.structure`). `format_option` names where the user sets
+    `format` (a command's ``--format``, a scenario's ``workload.format``) in the errors that need it."""
     known = importers()
     if format is not None and format not in known:
-        raise InputError(f"unknown format {format!r} (known: {', '.join(known)})")
+        near = difflib.get_close_matches(format, list(known), n=1)
+        hint = f"; did you mean `{near[0]}`?" if near else ""
+        raise InputError(f"unknown format {format!r} (known: {', '.join(known)}){hint}")
     parts: list[Workload] = []
     for root in paths:
         root = Path(root)
@@ -99,7 +106,7 @@ def load(
         skipped: list[str] = []
         for file in _files(root):
             try:
-                module = known[format] if format else detect(file)
+                module = known[format] if format else detect(file, format_option)
             except InputError as exc:
                 if not root.is_dir():
                     raise

@@ -1,0 +1,399 @@
+"""study.json as a typed model: what every figure of a study is, defined once. The study writes it
+(`simulator.study.result.build`), and every view reads it: the terminal table
+(`simulator.report.study_terminal`), the HTML/PNG/CSV report (`simulator.report.study_report`).
+
+Rates are per second where the name says ``_per_s`` and per hour where it says ``_per_hour``. The
+figures of a load point are those of an ordinary run's summary (`simulator.metrics.summary`), read
+back from its folder: a point's ``throughput_tasks_per_hour`` is its tasks completed per hour of the
+run's duration (the window's start to its last counted end, the tail after the last arrival included)
+and ``goodput_tasks_per_hour`` those completed within the task SLO's per-item bound, per the same hour.
+A config's **capacity** answers another question: the highest *offered* arrival rate (tasks/h) at which
+every SLO target held at a rate the workload could test. At a sustainable load a finite run's goodput
+stays below its offered rate: the tail after the last arrival is in its hour, and a task SLO on a
+percentile (p50: half the tasks) lets the other tasks take longer than the bound.
+
+Every part allows keys it does not know (a newer study.json still loads) and gives defaults to what
+older ones lack.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import InputError
+
+STUDY_FILE = "study.json"
+STUDY_VERSION = 2
+"""The `agentload_study` number this version writes (2: judged tasks, verdicts, no one-repeat CI)."""
+READS = (1, 2)
+OBJECTIVE_LABELS = {"goodput": "goodput (tasks/h within the SLO)", "p95_task": "p95 task time",
+                    "cost": "$ per task"}
+OBJECTIVE_NAMES = {"goodput": "goodput", "p95_task": "p95 task time", "cost": "cost per task"}
+AXIS_LABELS = {"rate": "task arrival rate", "rate_scale": "rate scale", "max_in_flight": "tasks in flight at most"}
+MIN_REPEATS_FOR_CI = 2
+"""Repeats (capacity searches, runs of a point) a confidence interval or a significance test needs."""
+
+Pair = Optional[tuple[Optional[float], Optional[float]]]
+
+
+class Part(BaseModel):
+    """A part of study.json (keys it does not know kept)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+
+class Tokens(Part):
+    tasks: int = 0
+    input: int = 0
+    cached: int = 0
+    output: int = 0
+
+
+class StudyPoint(Part):
+    """One (config, load, repeat): an ordinary run in its own folder, or a capacity probe."""
+
+    load: Optional[float] = None
+    repeat: int = 0
+    seed: int = 0
+    source: str = "sweep"
+    """'sweep', 'capacity' or 'reference'."""
+    folder: Optional[str] = None
+    status: Literal["ok", "failed"] = "ok"
+    error: Optional[str] = None
+    offered_rate_per_s: Optional[float] = None
+    """Top-level tasks per second the point's arrivals were sent at (None: a closed loop)."""
+    slo_met: Optional[bool] = None
+    """Every SLO target held over the judged tasks, not more than the allowed share of them failed, and
+    the queue did not grow (`capacity.max_growth`); None without an SLO."""
+    verdict: Optional[str] = None
+    """'held', 'missed', 'untestable' (held, but the arrivals lasted under two median task times: a
+    burst, no test of the offered rate), or None (no SLO, or the point failed)."""
+    tests_rate: Optional[bool] = None
+    """Whether the arrivals lasted long enough to test the offered rate (None: a closed loop)."""
+    throughput_tasks_per_hour: Optional[float] = None
+    """Completed tasks per hour of the run's duration (the run's summary)."""
+    goodput_tasks_per_hour: Optional[float] = None
+    """Tasks completed within the task SLO's per-item bound per hour of the run's duration."""
+    sustained_tasks_per_hour: Optional[float] = None
+    """At a point that held: the offered rate times the completed share of its judged tasks; in a
+    closed loop the run's throughput; None where the point shows no sustainable rate."""
+    output_tokens_per_s: Optional[float] = None
+    requests_per_s: Optional[float] = None
+    task_p50_s: Optional[float] = None
+    """Median completion time of the completed tasks."""
+    task_p95_s: Optional[float] = None
+    task_slo_s: dict[str, Optional[float]] = Field(default_factory=dict)
+    """The task SLO's percentiles as its check measured them, over every judged task (None: the
+    percentile fell among tasks that did not complete)."""
+    ttft_p95_ms: Optional[float] = None
+    tasks_judged: Optional[int] = None
+    tasks_completed: Optional[int] = None
+    tasks_not_completed: Optional[int] = None
+    arrival_span_s: Optional[float] = None
+    busy_fraction: Optional[float] = None
+    growth: Optional[float] = None
+    growth_over_run_s: Optional[float] = None
+    growing: Optional[bool] = None
+    growth_baseline: Optional[float] = None
+    tokens: Optional[Tokens] = None
+    gpu: Optional[dict[str, Any]] = None
+    run_s: Optional[float] = None
+    overhead_s: Optional[float] = None
+
+    @property
+    def offered_per_hour(self) -> Optional[float]:
+        return None if self.offered_rate_per_s is None else self.offered_rate_per_s * 3600
+
+
+class SweepRow(Part):
+    """One load of the sweep, its repeats pooled: means of the runs' figures, task percentiles over
+    their tasks pooled."""
+
+    load: float
+    repeats: int = 0
+    ok: int = 0
+    slo_met_share: Optional[float] = None
+    """Share of the repeats that held every SLO target."""
+    offered_tasks_per_hour: Optional[float] = None
+    throughput_tasks_per_hour: Optional[float] = None
+    goodput_tasks_per_hour: Optional[float] = None
+    sustained_tasks_per_hour: Optional[float] = None
+    output_tokens_per_s: Optional[float] = None
+    task_p50_s: Optional[float] = None
+    task_p95_s: Optional[float] = None
+    ttft_p95_ms: Optional[float] = None
+
+
+class Search(Part):
+    """One repeat's capacity search."""
+
+    repeat: int = 0
+    low: Optional[float] = None
+    high: Optional[float] = None
+    estimate: Optional[float] = None
+    untestable_from: Optional[float] = None
+    status: Optional[str] = None
+    probes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class CapacityResult(Part):
+    """The highest offered task rate at which every SLO target held (see the module doc)."""
+
+    rate_per_s: Optional[float] = None
+    """The mean of the repeats' estimates (None: no repeat bracketed it)."""
+    per_min: Optional[float] = None
+    per_hour: Optional[float] = None
+    ci_per_s: Pair = None
+    """The confidence interval: Student t over the repeats' estimates widened by the bisection's
+    resolution; None from fewer than two repeats with an estimate."""
+    ci_per_min: Pair = None
+    confidence: Optional[float] = None
+    resolution_per_s: Optional[float] = None
+    """Mean half-width of the repeats' last brackets: how finely the bisection placed the capacity (not
+    a confidence interval)."""
+    estimates: int = 0
+    """Repeats whose search bracketed the capacity."""
+    status: Optional[str] = None
+    """'ok', 'imprecise', 'partial', 'below_range' (no rate probed held), 'above_range' (every rate the
+    workload could test held: the capacity is at least `at_least_per_s`), 'failed'."""
+    at_least_per_s: Optional[float] = None
+    at_most_per_s: Optional[float] = None
+    untestable_from_per_s: Optional[float] = None
+    """The lowest rate the workload's arrivals were too short to test (None: all were tested)."""
+    repeats: list[Search] = Field(default_factory=list)
+
+    @property
+    def ci_per_hour(self) -> Pair:
+        if not self.ci_per_s or any(v is None for v in self.ci_per_s):
+            return None
+        return self.ci_per_s[0] * 3600, self.ci_per_s[1] * 3600
+
+
+class Cost(Part):
+    self_hosted_per_task: Optional[float] = None
+    """$ per completed task on the rented GPUs: gpu_hour x gpus / tasks per hour, at the capacity (else
+    at the sustained rate of the ranking load)."""
+    api_per_task: Optional[float] = None
+    """$ per completed task through the priced API: its tokens at the API's prices."""
+    at_rate_per_s: Optional[float] = None
+    tasks_per_hour: Optional[float] = None
+    """The tasks per hour the self-hosted cost divides by."""
+    utilisation: Optional[float] = None
+    utilisation_source: Optional[str] = None
+    joules_per_task: Optional[float] = None
+
+
+class Quality(Part):
+    status: Optional[str] = None
+    reason: Optional[str] = None
+    probes: Optional[int] = None
+    identical_share: Optional[float] = None
+    mean_common_prefix_tokens: Optional[float] = None
+    mean_abs_logprob_delta: Optional[float] = None
+    note: Optional[str] = None
+
+    @property
+    def flagged(self) -> bool:
+        return self.status == "flagged"
+
+
+class Gpu(Part):
+    available: bool = False
+    note: Optional[str] = None
+    memory_used_max_bytes: Optional[float] = None
+    utilisation_mean_perc: Optional[float] = None
+    energy_j: Optional[float] = None
+    joules_per_task: Optional[float] = None
+
+
+class Objective(Part):
+    """The figure a config is ranked by (`Study.objective`), in `unit`."""
+
+    value: Optional[float] = None
+    ci: Pair = None
+    """Its confidence interval (None from fewer than `MIN_REPEATS_FOR_CI` repeats)."""
+    unit: str = ""
+    bound: Literal["exact", "at_least", "at_most"] = "exact"
+    """'at_least' when the value is a lower bound (a capacity above the search's range), 'at_most' the
+    reverse."""
+    samples: int = 0
+    """Repeats behind the value."""
+    resolution: Optional[float] = None
+    """The capacity search's resolution in the objective's unit (not a confidence interval)."""
+
+
+class TwinEntry(Part):
+    predicted_value: Optional[float] = None
+    predicted_rank: Optional[int] = None
+    profile: Optional[str] = None
+
+
+class ConfigResult(Part):
+    """One server config of the study, its points and its verdicts. The figures beside `points` are at
+    `at_load` (the ranking load: `rank_at`, else the sweep's highest; without a sweep, the capacity
+    probes that held), repeats pooled."""
+
+    name: str
+    kind: Optional[str] = None
+    is_base: bool = False
+    differs_by: Optional[str] = None
+    status: Optional[str] = None
+    error: Optional[str] = None
+    server: Optional[dict[str, Any]] = None
+    points: list[StudyPoint] = Field(default_factory=list)
+    sweep: list[SweepRow] = Field(default_factory=list)
+    at_load: Optional[float] = None
+    offered_tasks_per_hour: Optional[float] = None
+    throughput_tasks_per_hour: Optional[float] = None
+    goodput_tasks_per_hour: Optional[float] = None
+    sustained_tasks_per_hour: Optional[float] = None
+    output_tokens_per_s: Optional[float] = None
+    task_p50_s: Optional[float] = None
+    task_p95_s: Optional[float] = None
+    ttft_p95_ms: Optional[float] = None
+    capacity: Optional[CapacityResult] = None
+    cost: Optional[Cost] = None
+    quality: Optional[Quality] = None
+    gpu: Optional[Gpu] = None
+    reference: Optional[dict[str, Any]] = None
+    objective: Objective = Field(default_factory=Objective)
+    rank: Optional[int] = None
+    twin: Optional[TwinEntry] = None
+
+
+class Comparison(Part):
+    """Two configs next to each other in the ranking."""
+
+    better: str
+    worse: str
+    difference: Optional[float] = None
+    """Of the objective, in the better one's favour."""
+    ci: Pair = None
+    tested: bool = True
+    """Whether both had the repeats a test needs (`MIN_REPEATS_FOR_CI`); untested, no verdict of
+    significance is given."""
+    significant: Optional[bool] = None
+    """The difference's interval excludes zero (None: not tested)."""
+    verdict: Optional[str] = None
+
+
+class Ranking(Part):
+    objective: Optional[str] = None
+    unit: Optional[str] = None
+    better: Optional[str] = None
+    order: list[str] = Field(default_factory=list)
+    comparisons: list[Comparison] = Field(default_factory=list)
+
+
+class TwinPrediction(Part):
+    profile: Optional[str] = None
+    calibrated: Optional[bool] = None
+    configs: list[str] = Field(default_factory=list)
+    predicted_order: list[str] = Field(default_factory=list)
+    measured_order: list[str] = Field(default_factory=list)
+    same_order: Optional[bool] = None
+    note: Optional[str] = None
+
+
+class FailedPoint(Part):
+    config: str = ""
+    load: Optional[float] = None
+    repeat: Optional[int] = None
+    source: Optional[str] = None
+    error: Optional[str] = None
+    folder: Optional[str] = None
+
+
+class Study(Part):
+    """study.json."""
+
+    agentload_study: int = STUDY_VERSION
+    name: str
+    description: Optional[str] = None
+    study_file: Optional[str] = None
+    folder: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    complete: Optional[bool] = None
+    workload: Optional[dict[str, Any]] = None
+    slo: Optional[dict[str, Any]] = None
+    axis: Optional[str] = None
+    axis_unit: Optional[str] = None
+    objective: str = "goodput"
+    confidence: Optional[float] = None
+    repeats: Optional[int] = None
+    """Runs of each sweep point."""
+    capacity_repeats: Optional[int] = None
+    """Capacity searches per config."""
+    notes: list[str] = Field(default_factory=list)
+    """What a reader must know to read the figures (settings that took effect, untestable rates)."""
+    cost: Optional[dict[str, Any]] = None
+    base: Optional[str] = None
+    configs: list[ConfigResult]
+    ranking: Optional[Ranking] = None
+    twin_prediction: Optional[TwinPrediction] = None
+    space: Optional[dict[str, Any]] = None
+    overhead: Optional[dict[str, Any]] = None
+    failed_points: list[FailedPoint] = Field(default_factory=list)
+
+    @field_validator("agentload_study")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version not in READS:
+            raise ValueError(f"study.json version {version}; this agentload reads versions "
+                             f"{', '.join(map(str, READS))}")
+        return version
+
+    @field_validator("configs")
+    @classmethod
+    def _unique_names(cls, configs: list[ConfigResult]) -> list[ConfigResult]:
+        names = [c.name for c in configs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"config names must be unique: {', '.join(twice)} more than once")
+        return configs
+
+    def axis_title(self) -> str:
+        """The sweep's axis as the plots name it, with its unit."""
+        label = AXIS_LABELS.get(self.axis or "", self.axis or "load")
+        return f"{label} ({self.axis_unit})" if self.axis_unit else label
+
+    def lower_is_better(self) -> bool:
+        """Whether a lower objective value ranks higher."""
+        if self.ranking is not None and self.ranking.better:
+            return self.ranking.better == "lower"
+        return self.objective in ("p95_task", "cost")
+
+    def ranked(self) -> list[ConfigResult]:
+        """The configs best first (unranked last, in their order)."""
+        order = sorted(range(len(self.configs)), key=lambda i: (self.configs[i].rank is None,
+                                                                  self.configs[i].rank or 0, i))
+        return [self.configs[i] for i in order]
+
+
+def is_study_folder(folder: Path) -> bool:
+    """Whether `folder` holds a study.json (and so gets a study report)."""
+    return (Path(folder) / STUDY_FILE).is_file()
+
+
+def load_study(folder: Path) -> tuple[Study, dict[str, Any]]:
+    """(the study, study.json as read) of a study folder; `InputError` naming the file and the field
+    when it is not a study.json."""
+    path = Path(folder) / STUDY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    try:
+        return Study.model_validate(data), data
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise InputError(error["msg"].removeprefix("Value error, "), file=str(path), path=where or None,
+                         field=str(error["loc"][-1]) if error["loc"] else None) from None
