@@ -1,6 +1,7 @@
 """The HTTP client against the emulator: records, usage, cached tokens, every error class, timing honesty."""
 
 import asyncio
+import json
 import socket
 import statistics
 import time
@@ -27,7 +28,7 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 async def test_exact_tokens_and_usage(api):
-    async with run_emulator() as url:
+    async with run_emulator(ttft=0.0, itl=0.0) as url:
         async with Client(Target(url + "/v1/", api=api), time.perf_counter()) as client:
             assert client.model == "agentload-emulator"
             record, gaps = await client.send(req(tokens=100, out=17), intended_send=0.0)
@@ -50,7 +51,7 @@ async def test_chat_calibration_measured_on_tokenize():
 
 
 async def test_cached_tokens_for_a_shared_prefix():
-    async with run_emulator() as url:
+    async with run_emulator(ttft=0.0, itl=0.0) as url:
         async with Client(Target(url), time.perf_counter()) as client:
             first, _ = await client.send(req("a", tokens=80, hash_ids=(1, 2, 3)), 0.0)
             second, _ = await client.send(req("b", tokens=80, hash_ids=(1, 2, 7)), 0.0)
@@ -61,7 +62,7 @@ async def test_cached_tokens_for_a_shared_prefix():
 
 
 async def test_share_prefixes_false_defeats_the_cache():
-    async with run_emulator() as url:
+    async with run_emulator(ttft=0.0, itl=0.0) as url:
         async with Client(Target(url, share_prefixes=False), time.perf_counter()) as client:
             await client.send(req("a", tokens=80, hash_ids=(1, 2, 3)), 0.0)
             second, _ = await client.send(req("b", tokens=80, hash_ids=(1, 2, 3)), 0.0)
@@ -98,7 +99,7 @@ async def test_each_fault_is_recorded_and_the_client_goes_on(fault, error_class,
 
 async def test_same_client_continues_after_faults():
     # a fault drawn by the server on every other request, on one client and one pool
-    async with run_emulator(faults=(("reset", 0.5),), seed=3) as url:
+    async with run_emulator(faults=(("reset", 0.5),), seed=3, ttft=0.0, itl=0.0) as url:
         async with Client(Target(url), time.perf_counter()) as client:
             records = [(await client.send(req(index=i, out=4), 0.0))[0] for i in range(12)]
     classes = {r.error_class for r in records}
@@ -388,3 +389,104 @@ async def test_a_call_on_a_new_connection_is_not_retried():
         await server.wait_closed()
     assert record.error_class == "reset" and record.status is None
     assert opened == 1
+
+
+def vllm_chunk(choice: dict, **extra) -> bytes:
+    """One event of a vLLM stream (0.32's shape: `id`, `object`, ..., `choices`, then any `extra` fields)."""
+    payload = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": [choice], **extra}
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def completion_choice(text: str, finish: bool = False) -> dict:
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if finish else None,
+            "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+
+
+def usage_event(prompt: int, completion: int) -> bytes:
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    return b"data: " + json.dumps({"id": "cmpl-1", "choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+async def stream_server(path: str, events: list[tuple[float, bytes]], port: int):
+    """A server answering `path` with `events`, each (seconds after the one before, bytes) written on
+    its own; returns (runner, the perf_counter times just before each write)."""
+    from aiohttp import web
+
+    written: list[float] = []
+
+    async def handler(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for delay, data in events:
+            await asyncio.sleep(delay)  # the server's token schedule
+            written.append(time.perf_counter())
+            await resp.write(data)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, written
+
+
+async def test_a_first_token_with_empty_text_is_the_first_token(free_port):
+    """The first chunk carries a token whose text is '' (a character split across tokens): the TTFT is
+    that chunk's arrival, not the next one's, and the gap to the next is an inter-token gap."""
+    events = [(0.05, vllm_chunk(completion_choice(""))), (0.02, vllm_chunk(completion_choice(" a"))),
+              (0.02, vllm_chunk(completion_choice(" b"))), (0.02, vllm_chunk(completion_choice(" c", finish=True))),
+              (0.0, usage_event(64, 4))]
+    runner, written = await stream_server("/v1/completions", events, free_port())
+    try:
+        port = runner.addresses[0][1]
+        t0 = time.perf_counter()
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), t0) as client:
+            record, gaps = await client.send(req(out=4), 0.0)
+    finally:
+        await runner.cleanup()
+    assert record.ok and record.output_tokens == 4
+    first_token = t0 + record.actual_send + record.ttft
+    assert first_token < written[1]  # before the server wrote the second token: the first chunk's time
+    assert record.itl_count == 3 == len(gaps)
+
+
+async def test_a_one_token_stream_whose_text_is_empty_has_a_ttft(free_port):
+    """vLLM's one-token completions now and then carry a single chunk with text '': still a TTFT."""
+    events = [(0.0, vllm_chunk(completion_choice("", finish=True))), (0.0, usage_event(64, 1))]
+    runner, _ = await stream_server("/v1/completions", events, free_port())
+    try:
+        port = runner.addresses[0][1]
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m"), time.perf_counter()) as client:
+            record, gaps = await client.send(req(out=1), 0.0)
+    finally:
+        await runner.cleanup()
+    assert record.ok and record.output_tokens == 1
+    assert record.ttft is not None and 0 < record.ttft <= record.latency
+    assert record.itl_count == 0 and gaps == []
+
+
+@pytest.mark.parametrize("opening", [{"role": "assistant", "content": ""}, {"role": "assistant"}])
+async def test_a_chat_streams_role_chunk_is_no_token_but_an_empty_content_is(free_port, opening):
+    """vLLM's chat stream opens with the assistant's role and no text (no token yet); a later delta
+    whose content is '' is a token."""
+    def chat(delta: dict, finish: bool = False) -> bytes:
+        return vllm_chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": "length" if finish else None},
+                          object="chat.completion.chunk")
+
+    events = [(0.0, chat(opening)), (0.05, chat({"content": ""})), (0.02, chat({"content": " a"})),
+              (0.02, chat({"content": " b"}, finish=True)), (0.0, usage_event(20, 3))]
+    runner, written = await stream_server("/v1/chat/completions", events, free_port())
+    try:
+        port = runner.addresses[0][1]
+        t0 = time.perf_counter()
+        async with Client(Target(f"http://127.0.0.1:{port}", model="m", api="chat"), t0) as client:
+            record, gaps = await client.send(req(tokens=20, out=3), 0.0)
+    finally:
+        await runner.cleanup()
+    assert record.ok and record.output_tokens == 3
+    # three tokens, two gaps: the role chunk is not counted, the empty content is
+    assert record.itl_count == 2 == len(gaps)
+    assert t0 + record.actual_send + record.ttft < written[2]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
+    from ..live.calibration import UsableSweep
     from ..sim.calibrate import SweepPoint
     from ..sim.profile import ServerProfile
 
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="model name to send (default: the server's first)")
     parser.add_argument("--vocab-size", type=int, default=32000,
                         help="the model's vocabulary size: prompt token ids are drawn below it (tiny test model: 1024)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the calibrated profile YAML here")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="the calibrated profile (YAML) to write (default: none; the fit is printed)")
     parser.add_argument("--name", help="name of the calibrated profile (default: <base>-calibrated)")
     parser.add_argument("--max-concurrency", type=int,
                         help="largest burst of the decode sweep (and most streams under the loaded points' calls)")
@@ -61,6 +63,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if not points:
         raise InputError("the sweep is empty with these limits", field="--max-prompt")
     trend = None
+    skipped = ""
     if args.twin:
         measured = [measure_on_twin(p, base) for p in points]
         source = f"twin of {base.name}"
@@ -69,51 +72,66 @@ def calibrate_command(args: argparse.Namespace) -> int:
         from ..live.calibration import trend_text
 
         load_before = _load_average()
-        measured, trend = _measure_live(args, points, base)
+        usable, trend = _measure_live(args, points, base)
+        points, measured, skipped = usable.points, usable.values, usable.skipped_text()
         source = args.target
         conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend_text(trend)}, load average "
                       f"{load_before} before and {_load_average()} after")
+        if usable.skipped:
+            conditions += f", {len(usable.skipped)} of {usable.designed} points not measured"
     result = fit(points, measured, base)
     print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
     print(fit_report(result))
+    if skipped:
+        print(skipped)
     if args.output:
         name = args.name or f"{base.name}-calibrated"
         _write_profile(args.output, result.profile.model_copy(update={
             "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
             "calibration": result.profile.calibration.model_copy(update={"drift": trend}),
             "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()}),
-            result.rms_relative_error)
+            result.rms_relative_error, skipped)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
 def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
-                  base: ServerProfile) -> tuple[list[float], float]:
-    """The sweep measured on --target (a server set up as `base` says), each point's repeats reduced by
-    --statistic, and the trend of the rounds' times (`speed_trend`); the rounds, every point's
-    measurements and the rounds' relative times shown on stderr, with a warning when they drifted."""
+                  base: ServerProfile) -> tuple[UsableSweep, Optional[float]]:
+    """The sweep measured on --target (a server set up as `base` says): the points measured, each one's
+    repeats reduced by --statistic, and those left out (`usable_sweep`), and the trend of the rounds'
+    times (`speed_trend`); the rounds, each measurement missed and why, every point's measurements and
+    the rounds' relative times shown on stderr, with a warning when they drifted."""
     import asyncio
     import statistics
 
-    from ..live.calibration import drift_warning, measure_sweep, rounds_text, round_speeds, speed_trend
+    from ..live.calibration import drift_warning, measure_sweep, rounds_text, round_speeds, speed_trend, usable_sweep
     from ..live.client import Target
+    from ..redact import mask_url
+
+    missed: dict[int, list[str]] = {}
+
+    def on_missed(index: int, round_number: int, why: str) -> None:
+        missed.setdefault(index, []).append(why)
+        print(f"  not measured in round {round_number}: {points[index].label()}: {why}", file=sys.stderr)
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
     samples = asyncio.run(measure_sweep(
         target, points, block_size=base.kv_cache.block_size, scheduler=base.scheduler, repeat=args.repeat,
-        on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr)))
+        on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr), on_missed=on_missed))
     reduce = statistics.median if args.statistic == "median" else min
-    values = [reduce(s) for s in samples]
-    for point, value, s in zip(points, values, samples):
-        spread = "  ".join(f"{v * 1e3:.1f}" for v in s)
-        print(f"  {point.label():34s} {value * 1e3:10.3f} ms   (each: {spread})", file=sys.stderr)
+    for point, s in zip(points, samples):
+        taken = [v for v in s if v is not None]
+        value = f"{reduce(taken) * 1e3:10.3f} ms" if taken else "  not measured"
+        spread = "  ".join("missed" if v is None else f"{v * 1e3:.1f}" for v in s)
+        print(f"  {point.label():34s} {value}   (each: {spread})", file=sys.stderr)
+    usable = usable_sweep(points, samples, missed, reduce, server=mask_url(args.target))
     speeds = round_speeds(samples)
     trend = speed_trend(speeds)
     print(f"  {rounds_text(speeds, trend)}", file=sys.stderr)
     warning = drift_warning(trend)
     if warning:
         print(f"warning: {warning}; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
-    return values, trend
+    return usable, trend
 
 
 def _load_average() -> str:
@@ -127,7 +145,7 @@ def _load_average() -> str:
         return "n/a"
 
 
-def _write_profile(path: str, profile, rms: float) -> None:
+def _write_profile(path: str, profile, rms: float, skipped: str = "") -> None:
     import yaml
 
     data = profile.model_dump(mode="json", exclude_none=True)
@@ -136,5 +154,6 @@ def _write_profile(path: str, profile, rms: float) -> None:
               "# one-at-a-time work per request is frontend_per_request (+ frontend_per_prompt_token per\n"
               "# prompt token), per streamed token frontend_per_output_token; other time outside the engine\n"
               "# request_overhead.\n")
+    header += "".join(f"# {line}\n" for line in skipped.splitlines())
     with open(path, "w", encoding="utf-8") as out:
         out.write(header + yaml.safe_dump(data, sort_keys=False))

@@ -1,12 +1,19 @@
 """The calibration sweep (`simulator.sim.calibrate`) measured on a live server: each point's burst of
 requests sent over HTTP, in shuffled rounds. The fit itself is the twin's (`simulator.sim.calibrate.fit`);
-this module only times the server."""
+this module only times the server, and says which points it could not measure (`usable_sweep`).
+
+A measurement that cannot be taken (a call of it failed, or an answer had no first token to time) is
+missed, with the reason, and the sweep goes on: a point keeps the rounds that measured it, a point
+that no round measured is left out of the fit, and the fit goes ahead unless too little is left. Only
+a server that cannot be reached at all ends the sweep at once."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -14,7 +21,8 @@ import numpy as np
 from ..behaviour import CallRequest
 from ..errors import InputError
 from ..metrics.records import CallRecord
-from ..sim.calibrate import DRIFT_WARNING, SweepPoint, cached_prompts, loaded_stream, probe_offsets
+from ..redact import mask_url
+from ..sim.calibrate import DRIFT_WARNING, FIT_TERMS, SweepPoint, cached_prompts, loaded_stream, probe_offsets
 from ..sim.profile import SchedulerSettings
 from ..workload import Call
 from .client import Client, Target
@@ -30,45 +38,120 @@ async def measure_sweep(
     repeat: int = 3,
     seed: int = 0,
     on_round: Optional[Callable[[int], None]] = None,
-) -> list[list[float]]:
-    """Each point's `repeat` measurements (seconds): its TTFT (prefill), mean end-to-end latency
-    (decode) or its calls' mean TTFT under load (loaded). Every round measures each point once, after one
-    warm-up burst, and `on_round(n)` is told when round n (from 1) is done. A cached point's prompts are
-    made of `block_size` blocks (the server's); the server's `scheduler` settings bound how far prompt
-    lengths move (`fresh_length`). InputError at the first call that fails."""
+    on_missed: Optional[Callable[[int, int, str], None]] = None,
+) -> list[list[Optional[float]]]:
+    """Each point's `repeat` measurements (seconds), in round order: its TTFT (prefill), mean end-to-end
+    latency (decode) or its calls' mean TTFT under load (loaded); None for a measurement that could not
+    be taken (a call failed, or an answer had no first token), of which `on_missed(point index, round
+    from 1, why)` is told. Every round measures each point once, after one warm-up burst, and
+    `on_round(n)` is told when round n (from 1) is done. A cached point's prompts are made of
+    `block_size` blocks (the server's); the server's `scheduler` settings bound how far prompt lengths
+    move (`fresh_length`). InputError when the server cannot be reached."""
     # Each round measures the points in a new seeded random order: a drift of the server's speed (other
     # work on a shared machine) spreads over all terms instead of biasing the terms measured last.
     rng = np.random.default_rng(seed)
     # The nonce keeps prompts unique across runs against one server: no prefix-cache hits, but for a
     # cached point's own warm-up.
     nonce = f"{os.getpid()}-{time.time_ns()}"
-    samples: list[list[float]] = [[] for _ in points]
+    samples: list[list[Optional[float]]] = [[] for _ in points]
     sent: set[int] = set()
     async with Client(target, time.perf_counter()) as client:
         async def burst(point: SweepPoint, key: str) -> float:
             return await _burst(client, point, key, block_size, fresh_length(point, rng, scheduler, sent))
 
-        await burst(points[0], f"calibrate-{nonce}--1-0")  # warm-up
+        try:
+            await burst(points[0], f"calibrate-{nonce}--1-0")  # warm-up
+        except _Missed:
+            pass  # untimed: only its work on the server matters
         for attempt in range(repeat):
             for index in rng.permutation(len(points)):
                 key = f"calibrate-{nonce}-{index}-{attempt}"
-                samples[index].append(await burst(points[index], key))
+                try:
+                    value: Optional[float] = await burst(points[index], key)
+                except _Missed as missed:
+                    value = None
+                    if on_missed is not None:
+                        on_missed(int(index), attempt + 1, str(missed))
+                samples[index].append(value)
             if on_round is not None:
                 on_round(attempt + 1)
     return samples
 
 
-def round_speeds(samples: Sequence[Sequence[float]]) -> list[float]:
+@dataclass(frozen=True)
+class UsableSweep:
+    """What a live sweep gives the fit: the points measured in at least one round, each one's value (its
+    measured rounds reduced), and the points no round measured, left out, with why."""
+
+    points: list[SweepPoint]
+    values: list[float]
+    skipped: list[tuple[SweepPoint, str]]
+    """(point, why its measurements were missed: each distinct reason once)."""
+    designed: int
+    """Points of the sweep as designed."""
+
+    def skipped_text(self) -> str:
+        """The skipped points, one line each, under a line that counts them ('' when none was skipped)."""
+        if not self.skipped:
+            return ""
+        lines = [f"skipped {len(self.skipped)} of {self.designed} points, measured in no round (left out of the fit):"]
+        lines += [f"  {point.label()}: {why}" for point, why in self.skipped]
+        return "\n".join(lines)
+
+
+def usable_sweep(points: Sequence[SweepPoint], samples: Sequence[Sequence[Optional[float]]],
+                 missed: Optional[dict[int, list[str]]] = None,
+                 reduce: Callable[[list[float]], float] = statistics.median,
+                 server: Optional[str] = None) -> UsableSweep:
+    """The sweep's points with a measurement, each one's measured rounds reduced by `reduce`, and the
+    points without any, with the reasons `missed` holds for them (by point index). InputError (naming
+    the `server` measured) when too little is left to fit: fewer points than the fit has terms (or
+    than the sweep had, if fewer), or no point but loaded ones (`simulator.sim.calibrate.fit` needs
+    others)."""
+    missed = missed or {}
+    kept: list[SweepPoint] = []
+    values: list[float] = []
+    skipped: list[tuple[SweepPoint, str]] = []
+    for index, (point, measured) in enumerate(zip(points, samples)):
+        taken = [v for v in measured if v is not None]
+        if taken:
+            kept.append(point)
+            values.append(float(reduce(taken)))
+        else:
+            reasons = list(dict.fromkeys(missed.get(index, []))) or ["no measurement"]
+            skipped.append((point, "; ".join(reasons)))
+    usable = UsableSweep(kept, values, skipped, len(points))
+    needed = min(len(FIT_TERMS), len(points))
+    if len(kept) < needed or all(p.kind == "loaded" for p in kept):
+        why = ("only loaded points were measured, and the fit needs others" if kept and len(kept) >= needed
+               else f"{len(kept)} of {len(points)} points were measured and the fit needs at least {needed}")
+        listed = usable.skipped_text()
+        raise InputError(f"the calibration has too little left to fit: {why}" + (f"\n{listed}" if listed else ""),
+                         file=server)
+    return usable
+
+
+def round_speeds(samples: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
     """Each round's time relative to the points' medians (the median over points of a round's
-    measurement over its point's median): 1.0 everywhere when the server kept its speed, a trend when it
-    drifted over the sweep (other work on its CPUs, a shared host's neighbours)."""
-    ratios = np.array([np.asarray(s, dtype=float) / np.median(s) for s in samples])
-    return [float(r) for r in np.median(ratios, axis=0)]
+    measurement over its point's median, missed measurements left out): 1.0 everywhere when the server
+    kept its speed, a trend when it drifted over the sweep (other work on its CPUs, a shared host's
+    neighbours); None for a round that measured nothing."""
+    rounds = max((len(s) for s in samples), default=0)
+    ratios = np.full((len(samples), rounds), np.nan)
+    for row, measured in zip(ratios, samples):
+        values = np.array([np.nan if v is None else v for v in measured], dtype=float)
+        if np.isfinite(values).any():
+            row[:len(values)] = values / np.nanmedian(values)
+    speeds = []
+    for column in ratios.T:
+        taken = column[np.isfinite(column)]
+        speeds.append(float(np.median(taken)) if taken.size else None)
+    return speeds
 
 
-def rounds_text(speeds: Sequence[float], trend: Optional[float]) -> str:
+def rounds_text(speeds: Sequence[Optional[float]], trend: Optional[float]) -> str:
     """The rounds' relative times and their trend in one line, as `calibrate` prints them."""
-    return ("rounds' times over the points' medians: " + "  ".join(f"{v:.3f}" for v in speeds)
+    return ("rounds' times over the points' medians: " + "  ".join("n/a" if v is None else f"{v:.3f}" for v in speeds)
             + f" (trend {trend_text(trend)})")
 
 
@@ -86,12 +169,14 @@ def drift_warning(trend: Optional[float]) -> Optional[str]:
             "can move by more")
 
 
-def speed_trend(speeds: Sequence[float]) -> Optional[float]:
+def speed_trend(speeds: Sequence[Optional[float]]) -> Optional[float]:
     """The change of the rounds' times from the first round to the last along their least-squares line
-    (−0.08: the server ran 8% faster by the end); None with fewer than 3 rounds, too few for a trend."""
-    if len(speeds) < 3:
+    (−0.08: the server ran 8% faster by the end), over the rounds that measured something; None with
+    fewer than 3 of them, too few for a trend."""
+    rounds = [k for k, v in enumerate(speeds) if v is not None]
+    if len(rounds) < 3:
         return None
-    slope, intercept = np.polyfit(np.arange(len(speeds)), speeds, 1)
+    slope, intercept = np.polyfit(rounds, [speeds[k] for k in rounds], 1)
     return float(slope * (len(speeds) - 1) / intercept)
 
 
@@ -133,27 +218,34 @@ def fresh_length(point: SweepPoint, rng: np.random.Generator, scheduler: Schedul
     return length
 
 
+class _Missed(Exception):
+    """A measurement that could not be taken this time; its text says why."""
+
+
 async def _burst(client: Client, point: SweepPoint, key: str, block_size: int, prompt: int) -> float:
     """Send the point's burst once, its requests of `prompt` tokens (a cached point's prompts once more
-    before, untimed; a same-size point's one request of its size); its value."""
+    before, untimed; a same-size point's one request of its size); its value. `_Missed` when a call
+    failed or an answer had no first token to time."""
     if point.kind == "loaded":
         return await _loaded(client, point, key, block_size)
     calls = [Call(prompt, point.output_tokens)] * point.concurrency
     if point.same_size:
-        await _send_all(client, [CallRequest(f"{key}-size", "calibrate", 0, Call(point.input_tokens, 1))])
+        size = [CallRequest(f"{key}-size", "calibrate", 0, Call(point.input_tokens, 1))]
+        _check(client, await _send_all(client, size), "the untimed request of its size")
     if point.cached:
         prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1))
         calls = [Call(point.input_tokens, point.output_tokens, hash_ids=ids, block_size=block_size)
                  for ids in prompts]
-        await _send_all(client, [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
-                                             Call(point.input_tokens, 1, hash_ids=ids, block_size=block_size))
-                                 for i, ids in enumerate(prompts)])
+        warm = [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
+                            Call(point.input_tokens, 1, hash_ids=ids, block_size=block_size))
+                for i, ids in enumerate(prompts)]
+        _check(client, await _send_all(client, warm), "the untimed warm-up")
     requests = [CallRequest(f"{key}-{i}", "calibrate", 0, call) for i, call in enumerate(calls)]
     if point.idle:
         await asyncio.sleep(point.idle)  # a pause to time: nothing else runs on this loop meanwhile
-    records = await _send_all(client, requests)
+    records = _check(client, await _send_all(client, requests), "the burst")
     if point.kind == "prefill":
-        return sum(r.ttft for r in records) / len(records)
+        return _mean_ttft(records)
     # End to end, not per chunk: a busy API server merges tokens into one chunk, which moves the first
     # token late and shortens the gaps, but not the end.
     return sum(r.latency for r in records) / len(records)
@@ -161,12 +253,13 @@ async def _burst(client: Client, point: SweepPoint, key: str, block_size: int, p
 
 async def _loaded(client: Client, point: SweepPoint, key: str, block_size: int) -> float:
     """A loaded point once: its streams' prompts warmed (untimed), the streams sent, the calls sent at
-    their offsets from then; the calls' mean TTFT, once the streams have ended too."""
+    their offsets from then; the calls' mean TTFT, once the streams have ended too (`_Missed` when a
+    stream or a call failed: the calls then did not meet the load the point means)."""
     prompt, output = loaded_stream(point, block_size)
     prompts = cached_prompts(point, block_size, first=stable_id(key) & ((1 << 62) - 1), tokens=prompt)
-    await _send_all(client, [CallRequest(f"{key}-warm-{i}", "calibrate", 0,
-                                         Call(prompt, 1, hash_ids=ids, block_size=block_size))
-                             for i, ids in enumerate(prompts)])
+    warm = [CallRequest(f"{key}-warm-{i}", "calibrate", 0, Call(prompt, 1, hash_ids=ids, block_size=block_size))
+            for i, ids in enumerate(prompts)]
+    _check(client, await _send_all(client, warm), "the streams' untimed warm-up")
     began = time.perf_counter()
     streams = asyncio.ensure_future(_send_all(client, [
         CallRequest(f"{key}-{i}", "calibrate", 0, Call(prompt, output, hash_ids=ids, block_size=block_size))
@@ -181,16 +274,36 @@ async def _loaded(client: Client, point: SweepPoint, key: str, block_size: int) 
     try:
         records = await asyncio.gather(*(call(k, offset) for k, offset in enumerate(probe_offsets(point))))
     finally:
-        await streams  # the next point starts on an idle server (and a failed stream is reported)
-    return sum(r.ttft for r in records) / len(records)
+        streamed = await streams  # the next point starts on an idle server
+    _check(client, streamed, "the streams")
+    return _mean_ttft(_check(client, records, "the calls under load"))
 
 
 async def _send_all(client: Client, requests: list[CallRequest]) -> list[CallRecord]:
-    """Send the requests at once; their records, InputError at the first that failed."""
+    """Send the requests at once; their records, once all have ended (a client never raises for a
+    server's fault: a failed call is a record with ``ok=False``)."""
     now = time.perf_counter() - client.t0
-    records = [record for record, _ in await asyncio.gather(*(client.send(r, now) for r in requests))]
-    for r in records:
-        if not r.ok:
-            raise InputError(f"calibration call failed: {r.error_class}: {r.error_message}",
-                             file=client.target.base_url)
-    return records
+    return [record for record, _ in await asyncio.gather(*(client.send(r, now) for r in requests))]
+
+
+def _check(client: Client, records: list[CallRecord], what: str) -> list[CallRecord]:
+    """`records` when all succeeded; `_Missed` saying which failed and how, or InputError when the
+    server could not be reached (nothing more can be measured)."""
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return records
+    unreachable = [r for r in failed if r.error_class == "connect"]
+    first = (unreachable or failed)[0]
+    text = f"{len(failed)} of {len(records)} calls of {what} failed ({first.error_class}: {first.error_message})"
+    if unreachable:
+        raise InputError(f"calibration stopped, the server cannot be reached: {text}",
+                         file=mask_url(client.target.base_url))
+    raise _Missed(text)
+
+
+def _mean_ttft(records: list[CallRecord]) -> float:
+    """The calls' mean time to first token; `_Missed` when an answer had none (no token arrived)."""
+    timed = [r.ttft for r in records if r.ttft is not None]
+    if len(timed) < len(records):
+        raise _Missed(f"{len(records) - len(timed)} of {len(records)} answers had no first token to time")
+    return sum(timed) / len(timed)

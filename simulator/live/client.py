@@ -5,8 +5,9 @@ Times are taken on `time.perf_counter` and reported in seconds since the run's s
 send time is taken when aiohttp writes the request body (the buffered headers go out in the same write;
 aiohttp's ``on_request_chunk_sent`` signal fires just before it), after connection setup and any wait of
 the client's own, which therefore show as client lag, not as server time. TTFT runs from the actual send
-to the first chunk that carries generated text (or token ids); inter-token gaps are the times between
-later content chunks. Token counts come from the final ``usage`` chunk (asked for with
+to the first chunk that carries a token, whatever its text ('' included: see `_carries_token`; a chat
+stream's opening chunk with only the assistant's role carries none); inter-token gaps are the times
+between the later chunks with a choice. Token counts come from the final ``usage`` chunk (asked for with
 ``stream_options.include_usage``). Server and network faults never raise: they become records with
 ``ok=False``, an ``error_class`` and the server's own message when it gave one.
 
@@ -21,9 +22,9 @@ split into events timed when it came in: by the kernel's receive stamp of the re
 add to a token's time), else when it was read. Events that came in one read share its time (the
 stamp of its last packet): a client that reads late, with several tokens waiting, times them all at
 the last one's arrival.
-A plain content chunk after the first is counted without a JSON parse (only its time matters); the first
-content chunk, the usage chunk and anything unusual are parsed with orjson, so malformed events are
-still caught.
+A plain token chunk after the first is counted without a JSON parse (only its time matters); the chunks
+up to the first token's, the usage chunk and anything unusual are parsed with orjson, so malformed
+events are still caught.
 """
 
 from __future__ import annotations
@@ -158,15 +159,24 @@ def error_message(body: bytes) -> str:
     return text
 
 
-def _has_content(choice: dict[str, Any]) -> bool:
-    if choice.get("text") or choice.get("token_ids"):
+def _carries_token(choice: dict[str, Any]) -> bool:
+    """Whether a stream chunk's choice carries a generated token, whatever its text: a token can
+    detokenise to '' (a multi-byte character split across tokens, a special token left out of the text),
+    and its chunk is still the token's arrival. On /v1/completions every choice with a ``text`` (even
+    '') or ``token_ids`` does. On chat, a delta with ``content`` (or reasoning) does, even '', but for
+    the opening chunk that only gives the assistant's ``role`` (vLLM's ``{"role": "assistant",
+    "content": ""}``), sent before any token; tool calls do when present."""
+    if choice.get("text") is not None or choice.get("token_ids"):
         return True
     delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return bool(
-            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
-        )
-    return False
+    if not isinstance(delta, dict):
+        return False
+    if delta.get("tool_calls"):
+        return True
+    texts = [delta.get(key) for key in ("content", "reasoning_content", "reasoning")]
+    if "role" in delta:  # the opening chunk: a token only if it brings text along
+        return any(texts)
+    return any(text is not None for text in texts)
 
 
 class Client:
@@ -709,9 +719,9 @@ class _Stream:
         choices = payload.get("choices")
         if not choices:
             return
-        # After the first token, an empty chunk is still a token whose text is not complete yet.
+        # After the first token, every chunk with a choice is one more (or several, merged) token.
         if self.first is None:
-            if not _has_content(choices[0]):
+            if not _carries_token(choices[0]):
                 return
             self.first = now
         else:

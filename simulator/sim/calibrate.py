@@ -413,7 +413,10 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
         raise ValueError("the sweep needs points other than loaded ones")
     x = feature_matrix([points[i] for i in rows], profile, linear)
     jacobian = x / y[rows, None]
-    theta, _ = nnls(jacobian, np.ones(len(rows)))
+    theta = np.zeros(len(linear))
+    shown = _shown_terms([points[i] for i in rows], profile, linear, x)
+    if shown:
+        theta[shown], _ = nnls(jacobian[:, shown], np.ones(len(rows)))
     coefficients = {term: float(v) for term, v in zip(linear, theta)}
     if len(linear) < len(terms) or len(rows) < len(points):
         coefficients, jacobian, predicted = _fit_frontend(points, y, profile, list(terms), coefficients, x, rows)
@@ -442,6 +445,20 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
     return FitResult(coefficients, {t: float(e) for t, e in zip(terms, stderr)}, tuple(points),
                      tuple(float(v) for v in y), tuple(float(v) for v in predicted),
                      with_coefficients(profile, coefficients).model_copy(update={"calibration": record}))
+
+
+def _shown_terms(points: Sequence[SweepPoint], profile: ServerProfile, terms: Sequence[str],
+                 x: np.ndarray) -> list[int]:
+    """The columns of `x` (features of `terms` at `points`) whose term changes the twin's value at some
+    point. Each column also holds what the settings outside the fit take (the twin with every term at
+    0); a term that no point shows (the mixed steps' context cost in a sweep without a decode batch
+    large enough to mix a prefill chunk in) has only that, and the linear fit would use it as one more
+    intercept, at any size: such a term stays 0 until the nonlinear search, which sees it on the
+    loaded points."""
+    zero = unit_profile(profile, terms[0])
+    zero = zero.model_copy(update={"step_time": zero.step_time.model_copy(update={terms[0]: 0.0})})
+    baseline = np.array([measure_on_twin(point, zero) for point in points])
+    return [j for j in range(len(terms)) if not np.allclose(x[:, j], baseline, rtol=1e-9, atol=0.0)]
 
 
 def _fit_frontend(points: Sequence[SweepPoint], y: np.ndarray, profile: ServerProfile, terms: list[str],

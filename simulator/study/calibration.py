@@ -5,15 +5,15 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from ..errors import InputError
-from ..live.calibration import measure_sweep, round_speeds, rounds_text, speed_trend
+from ..live.calibration import measure_sweep, round_speeds, rounds_text, speed_trend, usable_sweep
 from ..live.client import Target
+from ..redact import mask_url
 from ..sim.calibrate import design_sweep, fit, fit_report
 from ..sim.profile import ServerProfile, load_profile
 
@@ -34,9 +34,12 @@ def calibrate(target: Target, base: ServerProfile, folder: Path, *, repeat: int,
         points = [p for p in points if p.input_tokens <= max_prompt]
     if not points:
         raise InputError("the calibration sweep is empty with this max prompt", path="twin.calibrate_max_prompt")
+    missed: dict[int, list[str]] = {}
     samples = asyncio.run(measure_sweep(target, points, block_size=base.kv_cache.block_size,
-                                        scheduler=base.scheduler, repeat=repeat))
-    result = fit(points, [statistics.median(s) for s in samples], base)
+                                        scheduler=base.scheduler, repeat=repeat,
+                                        on_missed=lambda index, _, why: missed.setdefault(index, []).append(why)))
+    usable = usable_sweep(points, samples, missed, server=mask_url(target.base_url))  # points no round measured left out
+    result = fit(usable.points, usable.values, base)
     speeds = round_speeds(samples)
     trend = speed_trend(speeds)
     drift = "" if trend is None else f", rounds' trend {trend:+.1%}"
@@ -45,7 +48,9 @@ def calibrate(target: Target, base: ServerProfile, folder: Path, *, repeat: int,
         "calibration": result.profile.calibration.model_copy(update={"drift": trend}),
         "source": f"agentload study: calibrated on {target.base_url} (median of {repeat} repeats{drift})"})
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.txt").write_text(fit_report(result) + "\n" + rounds_text(speeds, trend) + "\n")
+    skipped = usable.skipped_text()
+    (folder / "report.txt").write_text(fit_report(result) + "\n" + (skipped + "\n" if skipped else "")
+                                       + rounds_text(speeds, trend) + "\n")
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False)
     (folder / PROFILE_FILE).write_text(f"# fitted by agentload study (rms relative error {result.rms_relative_error:.2%})\n"
                                        + text)
