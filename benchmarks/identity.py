@@ -55,8 +55,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
 
 WORK = Path(tempfile.gettempdir()) / "agentload-identity"
 VOLATILE_KEYS = {"started_at", "finished_at", "wall_seconds", "run_s", "overhead_s", "base_url"}
-"""Keys whose values name the moment of a run, its wall-clock time or the port the emulator took:
-left out of every comparison."""
+"""Keys whose values name the moment of a run, its wall-clock time (a study's `overhead` too) or the
+port the emulator took: left out of every comparison."""
 VOLATILE_FILES = {"marker"}
 """Files holding a run's random token (a sharded run's marker)."""
 
@@ -90,7 +90,7 @@ def strip(value: Any, live: bool) -> Any:
     """`value` without volatile keys; on a live case every float (a measured time or a figure made of
     times) and every list of numbers (a time series) reduced to its kind."""
     if isinstance(value, dict):
-        return {k: strip(v, live) for k, v in value.items() if k not in VOLATILE_KEYS}
+        return {k: strip(v, live) for k, v in value.items() if k not in VOLATILE_KEYS and k != "overhead"}
     if isinstance(value, list):
         if live and value and all(isinstance(v, (int, float)) for v in value):
             return "numbers"
