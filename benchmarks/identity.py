@@ -17,6 +17,7 @@ sharded on a local Ray cluster, a study on the twin with a load sweep and a capa
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import subprocess
@@ -63,8 +64,14 @@ VOLATILE_FILES = {"marker"}
 
 def capture(out: Path, only: list[str]) -> None:
     """Each case run in one fixed folder (results name their own paths, and a sweep's fingerprints hash
-    them), then moved under `out`."""
+    them), then moved under `out`; one capture at a time on a machine (a lock beside that folder)."""
     out.mkdir(parents=True, exist_ok=True)
+    with open(f"{WORK}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _capture(out, only)
+
+
+def _capture(out: Path, only: list[str]) -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     live = WORK / "live-scenario.yaml"
