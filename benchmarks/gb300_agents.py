@@ -24,7 +24,7 @@ from gb300_presets import STEPS
 
 from simulator import scenario as scenario_mod
 from simulator.behaviour import RetryPolicy
-from simulator.live.runner import measurement_window
+from simulator.pipeline.plan import measurement_window
 from simulator.sim.profile import load_profile
 from simulator.sim.runner import simulate_to_folder
 from simulator.sim.shapes import fixed_shape_throughput

@@ -2,7 +2,7 @@
 the run's real length, on every shipped scenario (scenarios/*.yaml, scenarios/accuracy/*.yaml,
 scenarios/vllm/*.yaml).
 
-For each scenario it prints the estimate (`simulator.live.runner.scenario_run_length`, exactly what
+For each scenario it prints the estimate (`simulator.pipeline.run_length.scenario_run_length`, exactly what
 the banner says), the run's length, how that length was got, and their ratio (estimate / length). A
 run's length is from the start of its arrivals to the end of its last task (sub-agents included),
 read from tasks.jsonl of its result folder. It is got:
@@ -43,7 +43,7 @@ import yaml
 
 from simulator import scenario as sc
 from simulator.emulator.settings import from_values
-from simulator.live.runner import scenario_run_length
+from simulator.pipeline.run_length import scenario_run_length
 from simulator.metrics import results
 from simulator.workload import describe_seconds
 

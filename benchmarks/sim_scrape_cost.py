@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from simulator import scenario as scenario_mod
-from simulator.live.runner import measurement_window
+from simulator.pipeline.plan import measurement_window
 from simulator.metrics import server
 from simulator.sim.profile import load_profile
 from simulator.sim.runner import simulate_to_folder

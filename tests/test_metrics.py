@@ -16,8 +16,11 @@ from simulator.metrics import results
 from simulator.metrics.records import CallRecord, TaskRecord
 from simulator.metrics.results import ResultWriter, Window
 from simulator.metrics.slo import PercentileTarget, Slo
-from simulator.metrics.folder import run_info, write_summary
 from simulator.metrics.summary import SimulationStats, Summary, load_summary, rebuild, summarize
+from simulator.pipeline.plan import RunPlan
+from simulator.pipeline.record import Outcome, Recorder
+from simulator.task_run import DriverResult
+from simulator.workload import Workload
 
 VLLM_FIELDS = ["completed", "total_input_tokens", "total_output_tokens", "request_throughput",
                "output_throughput", "total_token_throughput"] + [
@@ -165,8 +168,9 @@ def test_writer_streams_records_and_summary_rebuilds_from_them(tmp_path):
     calls = [call("a", 0, 0.0, 0.1, 0.5), call("a", 1, 1.0, 0.2, 0.7), call("b", 0, 0.3, 0.0, 0.1, ok=False, error="cancelled")]
     tasks = [task("a", 0.0, 1.7), task("b", 0.3, 0.4, ok=False)]
     with ResultWriter(tmp_path, Window()) as writer:
-        writer.write_run_info({"window": {"start": 0.0, "end": None}, "planned": {"tasks": 3, "calls": 5},
-                               "settings": {"slo": {"ttft_ms": {"p99.9": 150}}}})
+        results.write_json(tmp_path, results.RUN_FILE, {"window": {"start": 0.0, "end": None},
+                                                        "planned": {"tasks": 3, "calls": 5},
+                                                        "settings": {"slo": {"ttft_ms": {"p99.9": 150}}}})
         for c in calls:
             writer.call(c, [0.04] * 10 if c.ok else [])
         for t in tasks:
@@ -269,26 +273,24 @@ def test_a_summary_json_loads_back_to_the_same_json(tmp_path):
         load_summary(tmp_path)
 
 
-def test_write_summary_finishes_the_folder_as_both_runners_do(tmp_path):
+def test_the_recorder_finishes_the_folder_as_every_executor_does(tmp_path):
     calls, tasks = layout_records()
     window, planned = Window(0.0, None), {"tasks": 4, "calls": 6, "subtasks": 1}
-    with ResultWriter(tmp_path, window) as writer:
-        writer.write_run_info(run_info({"scenario": "layout"}, window, planned))
+    plan = RunPlan(workload=Workload(()), folder=tmp_path, window=window, planned=planned)
+    recorder = Recorder(plan)
+    recorder.describe(simulated=True)
+    with recorder.writer() as writer:
         for c in calls:
             writer.call(c)
         for t in tasks:
             writer.task(t)
     info = results.read_json(tmp_path, results.RUN_FILE)
-    assert list(info) == ["scenario", "started_at", "window", "planned"] and info["planned"] == planned
-    def sections():
-        return {"scenario": "layout", "simulation": SimulationStats(profile="p", steps=3)}
-
-    summary = write_summary(tmp_path, window=window, slo=Slo(), planned=planned, itl=None, sections=sections)
-    assert list(summary.to_dict())[-3:] == ["scenario", "simulation", "result_dir"]
+    assert list(info) == ["simulated", "started_at", "window", "planned", "fingerprint"]
+    assert info["planned"] == planned
+    summary = recorder.finish(Outcome(DriverResult("completed", 4, 0, 1.0), None,
+                                      simulation=SimulationStats(profile="p", steps=3)))
+    assert list(summary.to_dict())[-2:] == ["simulation", "result_dir"]
     assert json.loads((tmp_path / results.SUMMARY_FILE).read_text()) == json.loads(json.dumps(summary.to_dict()))
-    assert summary.to_dict() == {**summarize(calls, tasks, planned=planned)[0].to_dict(), "scenario": "layout",
+    assert summary.to_dict() == {**summarize(calls, tasks, planned=planned)[0].to_dict(),
                                  "simulation": {"profile": "p", "steps": 3}, "result_dir": str(tmp_path)}
     assert H.load(tmp_path / results.HISTOGRAMS_FILE)["task_completion[x]"].get_total_count() == 1
-    with pytest.raises(ValueError, match="not a section"):
-        write_summary(tmp_path, window=window, slo=Slo(), planned=planned, itl=None,
-                      sections=lambda: {"servers": {}})

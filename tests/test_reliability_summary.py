@@ -16,11 +16,14 @@ import pytest
 from simulator.metrics import histograms as H
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
-from simulator.metrics.folder import write_summary
 from simulator.metrics.records import CallRecord, TaskRecord
 from simulator.metrics.results import ResultWriter, Window
 from simulator.metrics.summary import load_summary, rebuild, summarize
 from simulator.metrics.tally import MESSAGE_KINDS, OTHER_MESSAGES, RunTally
+from simulator.pipeline.plan import RunPlan
+from simulator.pipeline.record import Outcome, Recorder
+from simulator.task_run import DriverResult
+from simulator.workload import Workload
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "summary_golden"
 sys.path.insert(0, str(GOLDEN))
@@ -78,10 +81,14 @@ def test_the_writer_fed_tally_gives_the_same_summary_as_reading_back(name, tmp_p
             writer.call(c)
         for t in results.iter_tasks(source):
             writer.task(t)
-    common = dict(window=args["window"], slo=args["slo"], planned=args["planned"], itl=None,
-                  partial=args["partial"], stop_reason=args["stop_reason"])
-    live = write_summary(tmp_path, **common, tally=tally).to_dict()
-    read_back = write_summary(tmp_path, **common).to_dict()
+    plan = RunPlan(workload=Workload(()), folder=tmp_path, window=args["window"], planned=args["planned"],
+                   slo=args["slo"])
+    ended = DriverResult(args["stop_reason"], 0, 0, 0.0)
+    assert ended.partial == args["partial"]
+    live = Recorder(plan).finish(Outcome(ended, None, tally=tally)).to_dict()
+    read_back_tally = RunTally(args["window"], args["slo"]).feed(results.iter_calls(tmp_path),
+                                                                 results.iter_tasks(tmp_path))
+    read_back = Recorder(plan).finish(Outcome(ended, None, tally=read_back_tally)).to_dict()
     assert live == read_back
     data = dict(live)
     data.pop("result_dir")
@@ -137,7 +144,8 @@ def killed_folder(tmp_path: Path, started: int) -> Path:
     """A folder as a killed run leaves it: run.json, records of what ended, progress.json, no summary."""
     folder = tmp_path / "killed"
     with ResultWriter(folder, Window()) as writer:
-        writer.write_run_info({"window": {"start": 0.0, "end": None}, "planned": {"tasks": 6, "calls": 12, "subtasks": 0}})
+        results.write_json(folder, results.RUN_FILE,
+                           {"window": {"start": 0.0, "end": None}, "planned": {"tasks": 6, "calls": 12, "subtasks": 0}})
         writer.call(CallRecord("a", "c", 0, 0, 0.0, 0.0, 0.5, True, ttft=0.1, output_tokens=3))
         writer.call(CallRecord("a", "c", 1, 0, 0.6, 0.6, 0.9, True, ttft=0.1, output_tokens=3))
         writer.task(TaskRecord("a", "c", 0.0, 0.9, True, 2, 2, 0.8, 0.1, 0.0))

@@ -153,7 +153,7 @@ def test_quickstart_runs_shortened(tmp_path, capsys):
 
 def test_measurement_window_follows_warmup_and_cooldown(tmp_path):
     from simulator.errors import InputError
-    from simulator.live.runner import measurement_window
+    from simulator.pipeline.plan import measurement_window
 
     path = scenario_file(tmp_path)
     workload = tiny_workload()  # last arrival 0.06 s

@@ -54,9 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from .. import scenario as scenario_mod
     from ..live.client import PreflightError
-    from ..live.runner import RunAborted, result_folder, run_scenario
+    from ..live.runner import LiveExecutor
+    from ..live.stopper import RunAborted
     from ..metrics.verdict import PREFLIGHT_FAILED, SIGNALLED, verdict
     from ..report.progress import ProgressView
+    from ..pipeline.execute import execute_async
+    from ..pipeline.plan import plan_run, result_folder
     from ..report.terminal import print_summary
 
     scenario = load_scenario(args)
@@ -73,21 +76,22 @@ def run_command(args: argparse.Namespace) -> int:
         console.print(f"agentload: preflight ok: model {found['model']}, one-token call in "
                       f"{1000 * found['latency_s']:.0f} ms", highlight=False, soft_wrap=True)
 
+    options = dict(on_progress=view.update, preflight=not args.no_preflight, on_preflight=checked,
+                   on_signal=signals.append)
     sharded = args.ray is not None or scenario.run.workers is not None
-    if sharded:  # over Ray (simulator.scale): the same arguments and result, plus where Ray is
-        import functools
+    if sharded:  # over Ray (simulator.scale): the same result, plus where Ray ran it
+        from ..scale.runner import ShardedExecutor
 
-        from ..scale.runner import run_sharded
-
-        run_scenario = functools.partial(run_sharded, address=args.ray or None)  # noqa: F811
+        executor = ShardedExecutor(address=args.ray or None, **options)
+    else:
+        executor = LiveExecutor(**options)
+    plan = plan_run(scenario, workload, Path(folder))
     try:
         # asyncio's own loop, not uvloop: its reads go through the socket objects, which keep the
         # kernel's receive stamps (`simulator.rx_stamps`)
         with asyncio.Runner() as runner, Live(view, console=console, refresh_per_second=4,
                                                  transient=False) if show else _Null() as _:
-            summary, outcome = runner.run(run_scenario(
-                scenario, workload, Path(folder), on_progress=view.update, preflight=not args.no_preflight,
-                on_preflight=checked, on_signal=signals.append))
+            summary, _ = runner.run(execute_async(plan, executor))
     except PreflightError as exc:
         console.print(f"agentload: error: preflight: {exc}; no result folder was made", highlight=False,
                       soft_wrap=True, markup=False)
@@ -120,7 +124,7 @@ def banner(scenario: Any, workload: Any, folder: Any) -> str:
     how long it will take, and where the results will go once the target passed its checks (URL
     credentials masked)."""
     from ..emulator.settings import describe_timing, from_values, is_zero_latency
-    from ..live.runner import scenario_run_length
+    from ..pipeline.run_length import scenario_run_length
     from ..redact import mask_url
     from ..workload import describe_seconds
 

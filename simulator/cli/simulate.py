@@ -45,39 +45,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    import datetime
     from pathlib import Path
 
     from .. import scenario as scenario_mod
-    from ..task_run import driver_settings
-    from ..live.runner import measurement_window, result_folder
     from ..metrics.verdict import verdict
+    from ..pipeline.execute import execute
+    from ..pipeline.plan import plan_run, result_folder
     from ..report.terminal import print_summary
     from ..sim.profile import load_profile
-    from ..sim.runner import simulate_to_folder
+    from ..sim.runner import TwinExecutor
 
     profile = load_profile(args.profile)
     scenario = load_scenario(args, profile=args.profile)
     workload = scenario_mod.load_workload(scenario)
     save_if_asked(args, scenario)
-    output = args.output
-    if not output:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        output = str(Path(scenario.run.output) / f"{scenario.display_name()}-sim-{stamp}")
-    folder = result_folder(scenario, output)
-    window = measurement_window(scenario, workload)
+    folder = result_folder(scenario, args.output, kind="sim")
+    plan = plan_run(scenario, workload, folder)
     console = Console(stderr=True)
     tasks, calls, subtasks = workload.counts()
     console.print(f"agentload: {scenario.display_name()}: {tasks} tasks, {calls} calls, {subtasks} sub-agents; "
                   f"simulated on profile {profile.name}"
                   f"{'' if profile.calibrated else ' (uncalibrated)'}; results: {folder}")
-    run = scenario.run
-    summary, outcome = simulate_to_folder(
-        workload, profile, Path(folder), window=window, slo=scenario.slo,
-        keep_gaps=not args.approx_itl, scrape_interval=run.scrape_interval, **driver_settings(run),
-        info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
-              "settings": scenario.model_dump(mode="json", by_alias=True)},
-    )
+    summary, _ = execute(plan, TwinExecutor(profile, keep_gaps=not args.approx_itl))
     print_summary(summary)
     sim = summary.simulation
     console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "

@@ -1,5 +1,5 @@
 """How long one call takes on the built-in emulator with nothing else running: the server's part of a
-run's length estimate (`simulator.live.runner.run_length`).
+run's length estimate (`simulator.pipeline.run_length.run_length`).
 
 Each timing model gives it from its own terms: fixed timing its TTFT and ITL; batched timing one step
 a token, the first one also prefilling the prompt tokens its prefix cache does not hold; a profile its

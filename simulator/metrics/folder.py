@@ -1,29 +1,19 @@
-"""The head and the tail of a result folder, the same for a live run (`simulator.live.runner`) and a
-simulated one (`simulator.sim.runner`): run.json's common part before anything is measured, and at the
-end the summary from the tally of the streamed records, with histograms.json and summary.json beside
-them."""
+"""What a result folder's run.json says of every run, however it ran: the planned counts, the
+fingerprint of what was replayed, and the common tail (`run_info`); `simulator.pipeline.record` writes
+it."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import orjson
-from hdrh.histogram import HdrHistogram
 
-from . import histograms, results
 from .results import Window
-from .slo import Slo
-from .summary import Summary, from_tally
-from .tally import RunTally
 
 if TYPE_CHECKING:
     from ..workload import Workload
-
-Sections = Callable[[], Mapping[str, Any]]
-"""The sections a runner adds to the summary, by `Summary` field name (from what it kept of the run)."""
 
 
 def planned_counts(workload: Workload, window: Window = Window(), duration: Optional[float] = None) -> dict[str, Any]:
@@ -81,33 +71,3 @@ def run_info(what: Mapping[str, Any], window: Window, planned: Mapping[str, int]
     if workload is not None:
         info["fingerprint"] = fingerprint(workload, what.get("settings"))
     return info
-
-
-def write_summary(
-    folder: Path,
-    *,
-    window: Window,
-    slo: Slo,
-    planned: Mapping[str, int],
-    itl: Optional[HdrHistogram],
-    partial: bool = False,
-    stop_reason: str = "completed",
-    sections: Optional[Sections] = None,
-    tally: Optional[RunTally] = None,
-) -> Summary:
-    """Summarize the records streamed into `folder` (its writer closed), add the runner's `sections` and
-    the folder, write histograms.json and summary.json; returns the summary. `tally`: the `RunTally` the
-    writer fed as the records finished (None: the records are read back, one at a time, into a new
-    one). `itl`: the live ITL histogram (None: approximated from each call's mean gap)."""
-    folder = Path(folder)
-    if tally is None:
-        tally = RunTally(window, slo).feed(results.iter_calls(folder), results.iter_tasks(folder))
-    summary, hists = from_tally(tally, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason)
-    for name, value in (sections() if sections is not None else {}).items():
-        if name not in Summary.model_fields:
-            raise ValueError(f"not a section of the summary: {name}")
-        setattr(summary, name, value)
-    summary.result_dir = str(folder)
-    histograms.save(folder / results.HISTOGRAMS_FILE, hists)
-    results.write_json(folder, results.SUMMARY_FILE, summary.to_dict())
-    return summary

@@ -100,10 +100,6 @@ class ResultWriter:
         self._progress_saved: Optional[int] = None
         self._closed = False
 
-    def write_run_info(self, info: dict[str, Any]) -> None:
-        """Write run.json (what ran, before anything is measured)."""
-        (self.folder / RUN_FILE).write_text(json.dumps(info, indent=1, default=str))
-
     def call(self, record: CallRecord, gaps: Sequence[float] = ()) -> None:
         """Store one finished call (an attempt) and the inter-token gaps it saw."""
         self._calls.write(json.dumps(record_dict(record)) + "\n")

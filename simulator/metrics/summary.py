@@ -284,6 +284,10 @@ class Summary(Figures):
     result_dir: Optional[str] = None
     server: Optional[dict[str, Any]] = None
     """The server's /metrics timeline and per-task load (`simulator.metrics.server.server_section`)."""
+    shards: Optional[list[dict[str, Any]]] = None
+    """A sharded run's shards, one line each (`simulator.scale.runner`)."""
+    ray: Optional[dict[str, Any]] = None
+    """A sharded run's shard count and the shards lost."""
 
     @model_validator(mode="before")
     @classmethod

@@ -3,8 +3,8 @@
 A `RunTally` takes every call and task record as it finishes (`call`, `task`: the `RecordSink` that
 `ResultWriter` forwards to) and keeps only counters, sums, maxima and HdrHistograms, per task class
 where the summary has per-class figures: its memory does not grow with the number of records, so a
-10M-call run is summarised without holding or re-reading its records. `summary()` turns the tally into
-the typed `Summary` (`simulator.metrics.summary`); fed the same records it gives the same figures,
+10M-call run is summarised without holding or re-reading its records. `simulator.metrics.summary.from_tally`
+turns the tally into the typed `Summary`; fed the same records it gives the same figures,
 bit for bit, as computing them from the lists of records did (sums are added in record order).
 
 The error messages of failed attempts are counted too (`error_messages`), up to `MESSAGE_KINDS`
@@ -213,10 +213,3 @@ class RunTally:
         """The most frequent error messages of failed attempts: class, message, count."""
         return [{"error_class": kind, "message": message, "count": n}
                 for (kind, message), n in self.messages.most_common(limit)]
-
-    def summary(self, *, itl: Optional[HdrHistogram] = None, planned: Optional[Mapping[str, int]] = None,
-                partial: bool = False, stop_reason: str = "completed") -> tuple[Any, dict[str, HdrHistogram]]:
-        """(the `Summary`, its histograms by name); see `simulator.metrics.summary.summarize`."""
-        from .summary import from_tally  # noqa: PLC0415 - summary imports this module
-
-        return from_tally(self, itl=itl, planned=planned, partial=partial, stop_reason=stop_reason)

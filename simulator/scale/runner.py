@@ -32,15 +32,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import InputError
-from ..live.runner import (Progress, RunAborted, Stopper, emulator_note, make_client, measurement_window, open_probe,
-                           open_target, scraping, server_summary)
+from ..live.runner import Progress
+from ..live.scrape import open_probe, scraping, server_summary
+from ..live.stopper import RunAborted, Stopper
+from ..live.target import emulator_note, make_client, open_target
 from ..metrics import histograms, results
-from ..metrics import server as server_metrics
-from ..metrics.folder import planned_counts, run_info, write_summary
 from ..metrics.records import CallRecord
 from ..metrics.summary import Summary
 from ..metrics.tally import RunTally
-from ..redact import Redactor, mask_settings, mask_url
+from ..pipeline.execute import execute_async
+from ..pipeline.plan import RunPlan, measurement_window, plan_run
+from ..pipeline.record import Outcome, Recorder
+from ..redact import Redactor, mask_url
 from ..scenario import Scenario
 from ..task_run import DriverResult, driver_settings
 from ..workload import Workload
@@ -88,86 +91,83 @@ def _count(ray: Any, scenario: Scenario, workload: Workload, workers: Any) -> in
     return count
 
 
-async def run_sharded(
-    scenario: Scenario,
-    workload: Workload,
-    folder: Path,
-    *,
-    address: Optional[str] = None,
-    workers: Any = None,
-    on_progress: Optional[Callable[[Progress], None]] = None,
-    handle_sigint: bool = True,
-    preflight: bool = True,
-    on_preflight: Optional[Callable[[dict[str, Any]], None]] = None,
-    on_signal: Optional[Callable[[int], None]] = None,
-    on_fleet: Optional[Callable[[Fleet], None]] = None,
-) -> tuple[Summary, DriverResult]:
-    """Replay `workload` as `scenario` says over shards on Ray (see the module docstring); returns
-    (summary, how it ended), as `simulator.live.runner.run_scenario` does. `workers` overrides
-    ``run.workers`` (a number, or 'auto'); `on_fleet` gets the started shards (tests kill one)."""
-    # One function over 60 lines: the emulator, the signal handling and the shards must all live
-    # exactly as long as the replay, which nested blocks say most plainly.
-    ray = ray_module()
-    workers = workers if workers is not None else getattr(scenario.run, "workers", None)
-    window = measurement_window(scenario, workload)
-    planned = planned_counts(workload, window, scenario.run.duration)
-    connected = connect(ray, address)
-    stopper = Stopper(on_signal)
-    if handle_sigint:  # after connecting: Ray's own handlers must not replace the run's
-        stopper.install()
-    fleet: Optional[Fleet] = None
-    folder = Path(folder)
-    try:
-        async with open_target(scenario) as target:
-            async with make_client(target, scenario.run) as client:
-                checked = await client.preflight() if preflight else None
-                if checked is not None and on_preflight is not None:
-                    on_preflight(checked)
-                target = dataclasses.replace(target, model=client.model)
-            redact = Redactor(target.secrets())
-            probe, note = await open_probe(scenario, target.root, redact)
-            count = _count(ray, scenario, workload, workers)
-            folder.mkdir(parents=True, exist_ok=True)
-            stopper.folder_made = True
-            results.write_json(folder, results.RUN_FILE, run_info(
-                _what_ran(scenario, target, checked, address, count), window, planned, workload=workload))
-            fleet = Fleet(ray, shard_specs(scenario, workload, target, folder, count))
-            stopper.driver = fleet
-            if stopper.signum is not None:
-                fleet.stop()
-            await fleet.ready()
-            t0_wall = fleet.start()
-            if on_fleet is not None:
-                on_fleet(fleet)
-            t0 = time.perf_counter() + (t0_wall - time.time())
-            async with scraping(probe, t0, folder) as sync_samples:
-                await fleet.watch(functools.partial(_tick, fleet, len(workload.tasks), on_progress, sync_samples))
-    except asyncio.CancelledError:
-        if stopper.signum is None or stopper.folder_made:
-            raise
-        raise RunAborted(stopper.signum) from None
-    finally:
-        stopper.remove()
-        if fleet is not None:
-            fleet.kill()
-        if connected:
-            ray.shutdown()
-    return _finish(scenario, workload, folder, fleet, window, planned, probe, note, redact,
-                   interrupted=stopper.signum is not None)
+class ShardedExecutor:
+    """Replays a plan over shards on Ray (see the module docstring), with the options of
+    `simulator.live.runner.LiveExecutor` and: `address` of the cluster (None: RAY_ADDRESS or a new local
+    one), `workers` overriding ``run.workers`` (a number, or 'auto'), `on_fleet` told of the started
+    shards (tests kill one)."""
+
+    def __init__(self, *, address: Optional[str] = None, workers: Any = None,
+                 on_progress: Optional[Callable[[Progress], None]] = None, handle_sigint: bool = True,
+                 preflight: bool = True, on_preflight: Optional[Callable[[dict[str, Any]], None]] = None,
+                 on_signal: Optional[Callable[[int], None]] = None,
+                 on_fleet: Optional[Callable[[Fleet], None]] = None) -> None:
+        self.address = address
+        self.workers = workers
+        self.on_progress = on_progress
+        self.handle_sigint = handle_sigint
+        self.preflight = preflight
+        self.on_preflight = on_preflight
+        self.on_signal = on_signal
+        self.on_fleet = on_fleet
+
+    async def replay(self, plan: RunPlan, recorder: Recorder) -> Outcome:
+        # One method over 40 lines: the emulator, the signal handling and the shards must all live
+        # exactly as long as the replay, which nested blocks say most plainly.
+        scenario, workload, folder = plan.scenario, plan.workload, plan.folder
+        assert scenario is not None, "a sharded run replays a scenario"
+        ray = ray_module()
+        workers = self.workers if self.workers is not None else getattr(scenario.run, "workers", None)
+        connected = connect(ray, self.address)
+        stopper = Stopper(self.on_signal)
+        if self.handle_sigint:  # after connecting: Ray's own handlers must not replace the run's
+            stopper.install()
+        fleet: Optional[Fleet] = None
+        try:
+            async with open_target(scenario) as target:
+                async with make_client(target, scenario.run) as client:
+                    checked = await client.preflight() if self.preflight else None
+                    if checked is not None and self.on_preflight is not None:
+                        self.on_preflight(checked)
+                    target = dataclasses.replace(target, model=client.model)
+                redact = Redactor(target.secrets())
+                probe, note = await open_probe(scenario, target.root, redact)
+                count = _count(ray, scenario, workload, workers)
+                recorder.describe(base_url=mask_url(target.base_url), **emulator_note(scenario),
+                                  **({"preflight": checked} if checked is not None else {}),
+                                  ray={"address": mask_url(self.address) if self.address else "local",
+                                       "shards": count})
+                stopper.folder_made = True
+                fleet = Fleet(ray, shard_specs(scenario, workload, target, folder, count))
+                stopper.driver = fleet
+                if stopper.signum is not None:
+                    fleet.stop()
+                await fleet.ready()
+                t0_wall = fleet.start()
+                if self.on_fleet is not None:
+                    self.on_fleet(fleet)
+                t0 = time.perf_counter() + (t0_wall - time.time())
+                async with scraping(probe, t0, folder) as sync_samples:
+                    await fleet.watch(functools.partial(_tick, fleet, len(workload.tasks), self.on_progress,
+                                                        sync_samples))
+        except asyncio.CancelledError:
+            if stopper.signum is None or stopper.folder_made:
+                raise
+            raise RunAborted(stopper.signum) from None
+        finally:
+            stopper.remove()
+            if fleet is not None:
+                fleet.kill()
+            if connected:
+                ray.shutdown()
+        return _finish(plan, recorder, fleet, probe, note, redact, interrupted=stopper.signum is not None)
 
 
-def _what_ran(scenario: Scenario, target: Any, checked: Optional[dict[str, Any]], address: Optional[str],
-              shards: int) -> dict[str, Any]:
-    """run.json's description of the run: as a single-process run's, plus where Ray ran it."""
-    return {
-        "scenario": scenario.display_name(),
-        "scenario_file": scenario.source,
-        "settings": mask_settings(scenario.model_dump(mode="json", by_alias=True)),
-        "base_url": mask_url(target.base_url),
-        **emulator_note(scenario),
-        **({"preflight": checked} if checked is not None else {}),
-        "ray": {"address": mask_url(address) if address else "local", "shards": shards},
-    }
+async def run_sharded(scenario: Scenario, workload: Workload, folder: Path,
+                      **options: Any) -> tuple[Summary, DriverResult]:
+    """Replay `workload` as `scenario` says into `folder` over shards on Ray (`ShardedExecutor`, whose
+    keyword options `options` are); returns (summary, how it ended)."""
+    return await execute_async(plan_run(scenario, workload, folder), ShardedExecutor(**options))
 
 
 def _tick(fleet: Fleet, total: int, on_progress: Optional[Callable[[Progress], None]],
@@ -180,10 +180,12 @@ def _tick(fleet: Fleet, total: int, on_progress: Optional[Callable[[Progress], N
         on_progress(Progress(fleet.now(), total, started, in_flight, counters))
 
 
-def _finish(scenario: Scenario, workload: Workload, folder: Path, fleet: Fleet, window: Any, planned: Any,
-            probe: Any, note: Optional[str], redact: Redactor, *, interrupted: bool) -> tuple[Summary, DriverResult]:
+def _finish(plan: RunPlan, recorder: Recorder, fleet: Fleet, probe: Any, note: Optional[str], redact: Redactor, *,
+            interrupted: bool) -> Outcome:
     """The shards' tallies merged (a dead shard's rebuilt from its part), the parts merged into the
-    folder's record files, the summary written with the ``shards`` section."""
+    folder's record files, and the ``shards`` and ``ray`` sections of the summary."""
+    scenario, folder, window = plan.scenario, plan.folder, plan.window
+    assert scenario is not None
     packs, itl, figures = [], histograms.new_histogram(), []
     for m in fleet.members:
         if m.result is not None:
@@ -202,23 +204,14 @@ def _finish(scenario: Scenario, workload: Workload, folder: Path, fleet: Fleet, 
     stop_reason = ("interrupted" if interrupted else "shard_lost" if lost else
                    next((r for r in ("drain_timeout", "cancelled") if r in reasons), "completed"))
     end = max([m.heard for m in fleet.members] + [0.0])
-    outcome = DriverResult(stop_reason, started, max(0, len(workload.tasks) - started), end)
-    server = server_metrics.ServerTally()
+    result = DriverResult(stop_reason, started, max(0, len(plan.workload.tasks) - started), end)
     for record in _in_end_order(folder):
-        (server.call if isinstance(record, CallRecord) else server.task)(record)
-
-    def sections() -> dict[str, Any]:
-        return {"scenario": scenario.display_name(),
-                "server": server_summary(folder, probe, note, server, scenario.run.scrape_interval, redact)}
-
-    summary = write_summary(folder, window=window, slo=scenario.slo, planned=planned, itl=itl,
-                            partial=outcome.partial, stop_reason=stop_reason, sections=sections, tally=tally)
-    summary.shards = figures  # type: ignore[attr-defined]  # an extra section of Summary
-    summary.ray = {"shards": len(fleet.members), "lost": lost}  # type: ignore[attr-defined]
-    results.write_json(folder, results.SUMMARY_FILE, summary.to_dict())
+        (recorder.server.call if isinstance(record, CallRecord) else recorder.server.task)(record)
+    server = server_summary(folder, probe, note, recorder.server, scenario.run.scrape_interval, redact)
     for m, shard in zip(fleet.members, figures):
         results.write_json(parts.part_folder(folder, m.index), parts.SHARD_FILE, shard)
-    return summary, outcome
+    return Outcome(result, itl, server, shards=figures, ray={"shards": len(fleet.members), "lost": lost},
+                   tally=tally)
 
 
 def _in_end_order(folder: Path) -> Iterator[Any]:

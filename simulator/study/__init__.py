@@ -3,7 +3,7 @@ config's capacity within the task SLO, its cost per task, whether it changed the
 a ranking with its significance (`agentload study STUDY.yaml`).
 
 A study is only a loop over ordinary runs: each (config, load point, repeat) is a result folder that a
-live run (`simulator.live.runner.run_scenario`) or a simulation (`simulator.sim.runner.simulate_to_folder`)
+live run (`simulator.live.runner.LiveExecutor`) or a simulation (`simulator.sim.runner.TwinExecutor`)
 writes, so every point can be opened with `agentload report` or `agentload compare`. The modules:
 
 - `schema`: the study file (pydantic; errors name the file, the line and the field).

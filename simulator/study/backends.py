@@ -19,13 +19,15 @@ from typing import Any, Optional, Sequence
 from ..behaviour import CallRequest
 from ..errors import InputError
 from ..live.client import Client, PreflightError, Target
-from ..live.runner import RunAborted, measurement_window, run_scenario
+from ..live.runner import run_scenario
+from ..live.stopper import RunAborted
 from ..live.vllm.server import ServerError, ServerProcess, VLLMServer
 from ..metrics.summary import Summary
+from ..pipeline.execute import execute
+from ..pipeline.plan import plan_run
 from ..scenario import Scenario, TargetSpec
 from ..sim.profile import ServerProfile
-from ..sim.runner import simulate_to_folder
-from ..task_run import driver_settings
+from ..sim.runner import TwinExecutor
 from ..workload import Workload
 from .configs import Config
 
@@ -51,13 +53,7 @@ class TwinBackend:
 
     def run_point(self, scenario: Scenario, workload: Workload, folder: Path) -> Summary:
         """Simulate the point into `folder`."""
-        window = measurement_window(scenario, workload)
-        summary, _ = simulate_to_folder(
-            workload, self.profile, folder, window=window, slo=scenario.slo, keep_gaps=False,
-            scrape_interval=scenario.run.scrape_interval,
-            info={"scenario": scenario.display_name(), "scenario_file": scenario.source,
-                  "settings": scenario.model_dump(mode="json", by_alias=True)},
-            **driver_settings(scenario.run))
+        summary, _ = execute(plan_run(scenario, workload, folder), TwinExecutor(self.profile, keep_gaps=False))
         return summary
 
     def server_info(self) -> Optional[dict[str, Any]]:
