@@ -43,7 +43,7 @@ from simulator import scenario as scenario_mod  # noqa: E402
 from simulator.emulator.process import emulator_process  # noqa: E402
 from simulator.live.client import Client, Target  # noqa: E402
 from simulator.live.driver import Driver  # noqa: E402
-from simulator.live.runner import run_scenario  # noqa: E402
+from simulator.pipeline.live import run_scenario  # noqa: E402
 from simulator.metrics import results  # noqa: E402
 from simulator.workload import Call, Task, Workload  # noqa: E402
 
@@ -103,7 +103,7 @@ async def one_mode(mode: str, shards: int, args: argparse.Namespace, wl: Workloa
             await run_scenario(scenario(emulator.url, "burst"), wl, folder, handle_sigint=False, preflight=False)
             calls = results.read_calls(folder)
         else:
-            from simulator.scale.runner import run_sharded
+            from simulator.pipeline.sharded import run_sharded
 
             summary, _ = await run_sharded(scenario(emulator.url, "burst"), wl, folder, workers=shards,
                                            handle_sigint=False, preflight=False)

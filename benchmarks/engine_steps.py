@@ -42,8 +42,8 @@ import numpy as np
 import simpy
 
 from simulator.live.vllm import VLLMServer, build_tiny_model
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import load_profile
-from simulator.sim.twin import Twin
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = Path(__file__).resolve().parent / "engine_step_hook"
@@ -87,7 +87,7 @@ def modelled(steps, profile) -> list[tuple[str, float]]:
     """Each step's kind and what the twin of `profile` charges for the same batch: its step time
     (`Twin._duration`), a new step size (`Twin._known_shape`, its shape cache carried from step to step),
     waking after a pause, and requests joining and leaving the batch in the step before."""
-    twin = Twin(simpy.Environment(), profile, fast_decode=False)  # never run: only its step arithmetic
+    twin = make_twin(simpy.Environment(), profile, fast_decode=False)  # never run: only its step arithmetic
     st = profile.step_time
     out = []
     previous_end = None

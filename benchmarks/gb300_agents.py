@@ -26,7 +26,7 @@ from simulator import scenario as scenario_mod
 from simulator.behaviour import RetryPolicy
 from simulator.pipeline.plan import measurement_window
 from simulator.sim.profile import load_profile
-from simulator.sim.runner import simulate_to_folder
+from simulator.pipeline.twin import simulate_to_folder
 from simulator.sim.shapes import fixed_shape_throughput
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "gb300-agents.yaml"

@@ -25,8 +25,8 @@ from pathlib import Path
 import aiohttp
 import simpy
 
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import load_profile
-from simulator.sim.twin import Twin
 from simulator.workload import Call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,7 +63,7 @@ def predict(profile, case: tuple[int, int, int], output: int, phase: float) -> t
     """(the call's TTFT, the streams' median ITL) on the twin for one send phase."""
     streams, context, n = case
     env = simpy.Environment()
-    twin = Twin(env, profile)
+    twin = make_twin(env, profile)
     prompts = [tuple(range(1000 * (j + 1), 1000 * (j + 1) + context // BLOCK)) for j in range(streams)]
     out: dict = {}
 

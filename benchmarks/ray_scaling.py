@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator import scenario as scenario_mod  # noqa: E402
 from simulator.emulator.process import emulator_process  # noqa: E402
-from simulator.live.runner import run_scenario  # noqa: E402
+from simulator.pipeline.live import run_scenario  # noqa: E402
 from simulator.metrics import results  # noqa: E402
 from simulator.workload import Call, Task, Workload  # noqa: E402
 
@@ -71,7 +71,7 @@ async def one(mode: str, shards: int, streams: int, args: argparse.Namespace, fo
             summary, _ = await run_scenario(sc, wl, folder, handle_sigint=False, preflight=False)
             cpu, cores = time.process_time() - cpu0, None
         else:
-            from simulator.scale.runner import run_sharded
+            from simulator.pipeline.sharded import run_sharded
 
             summary, _ = await run_sharded(sc, wl, folder, workers=shards, handle_sigint=False, preflight=False)
             figures = summary.to_dict()["shards"]

@@ -2,7 +2,7 @@
 the run's real length, on every shipped scenario (scenarios/*.yaml, scenarios/accuracy/*.yaml,
 scenarios/vllm/*.yaml).
 
-For each scenario it prints the estimate (`simulator.pipeline.run_length.scenario_run_length`, exactly what
+For each scenario it prints the estimate (`simulator.live.run_length.scenario_run_length`, exactly what
 the banner says), the run's length, how that length was got, and their ratio (estimate / length). A
 run's length is from the start of its arrivals to the end of its last task (sub-agents included),
 read from tasks.jsonl of its result folder. It is got:
@@ -42,8 +42,7 @@ from typing import Iterator, Optional
 import yaml
 
 from simulator import scenario as sc
-from simulator.emulator.settings import from_values
-from simulator.pipeline.run_length import scenario_run_length
+from simulator.live.run_length import scenario_run_length
 from simulator.metrics import results
 from simulator.workload import describe_seconds
 
@@ -117,11 +116,11 @@ def measure(path: Path, scenario, estimate: float, url: Optional[str], args: arg
     if not out or args.also_twin:
         if scenario.target is not None:
             profile, label = args.profile, f"twin of {args.profile}"
-        elif from_values(scenario.emulator).profile:
-            profile = from_values(scenario.emulator).profile
+        elif scenario.emulator.profile:
+            profile = scenario.emulator.profile
             label = f"twin of {profile}"
         else:
-            profile = str(batched_profile(from_values(scenario.emulator), work / f"{name}-batched.yaml"))
+            profile = str(batched_profile(scenario.emulator, work / f"{name}-batched.yaml"))
             label = "twin of the emulator's batched timing"
         folder = work / f"{path.parent.name}-{name}-twin"
         agentload("simulate", str(path), "-p", profile, "-o", str(folder))

@@ -23,7 +23,7 @@ from simulator import scenario as scenario_mod
 from simulator.pipeline.plan import measurement_window
 from simulator.metrics import server
 from simulator.sim.profile import load_profile
-from simulator.sim.runner import simulate_to_folder
+from simulator.pipeline.twin import simulate_to_folder
 from simulator.task_run import driver_settings
 
 ROOT = Path(__file__).resolve().parents[1]

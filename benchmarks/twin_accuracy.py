@@ -52,7 +52,8 @@ from typing import Optional
 from simulator.metrics.histograms import load as load_histograms
 from simulator.metrics.histograms import new_histogram
 from simulator.metrics.summary import load_summary
-from simulator.sim.calibrate import SweepPoint, measure_on_twin
+from simulator.calibration.on_twin import measure_on_twin
+from simulator.calibration.sweep import SweepPoint
 from simulator.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,10 +199,10 @@ def probe_twin(profile, streams: int, shift: float = 0.0) -> dict:
     """The probe experiment on the twin: the same streams and probes at the same times (`shift` later)."""
     import simpy
 
-    from simulator.sim.twin import Twin
+    from simulator.sim.make_twin import make_twin
 
     env = simpy.Environment()
-    twin = Twin(env, profile, fast_decode=False)
+    twin = make_twin(env, profile, fast_decode=False)
     out: dict = {"probes": [], "itl": []}
     start = (1.5 if streams else 0.2) + shift
 

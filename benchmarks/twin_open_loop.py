@@ -26,8 +26,9 @@ import simpy
 from simulator.metrics.records import CallRecord
 from simulator.metrics.results import read_calls, read_json
 from simulator.scenario import load, load_workload
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import load_profile
-from simulator.sim.twin import Completion, Twin
+from simulator.sim.twin import Completion
 from simulator.workload import Call
 
 IN_FLIGHT_BINS = ((0, 1), (1, 3), (3, 6), (6, 10), (10, 10**9))
@@ -52,7 +53,7 @@ def workload_calls(folder: Path) -> dict[tuple[str, int], Call]:
 def replay(records: list[CallRecord], calls: dict[tuple[str, int], Call], profile) -> list[Completion]:
     """The twin's completion of each record's call, sent at the record's actual send time."""
     env = simpy.Environment()
-    twin = Twin(env, profile)
+    twin = make_twin(env, profile)
     done: list = [None] * len(records)
 
     def send(i: int, record: CallRecord):

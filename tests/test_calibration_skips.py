@@ -11,11 +11,14 @@ import sys
 import pytest
 from aiohttp import web
 
-from simulator.errors import InputError
+from simulator.calibration.drift import round_speeds, speed_trend
+from simulator.calibration.fit import FIT_TERMS
+from simulator.calibration.on_server import measure_sweep
+from simulator.calibration.sweep import SweepPoint
+from simulator.calibration.usable import usable_sweep
 from simulator.emulator.server import run_emulator
-from simulator.live.calibration import measure_sweep, round_speeds, speed_trend, usable_sweep
+from simulator.errors import InputError
 from simulator.live.client import Target
-from simulator.sim.calibrate import FIT_TERMS, SweepPoint
 from simulator.sim.profile import load_profile
 
 FAILING_PROMPT = 16

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from simulator import scenario as sc
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.sim.profile import load_profile
-from simulator.sim.runner import simulate_to_folder
+from simulator.pipeline.twin import simulate_to_folder
 from simulator.task_run import driver_settings
 from simulator.workload import Call, Task, Workload
 

@@ -17,7 +17,7 @@ from simulator.behaviour import RetryPolicy, Send, Wait
 from simulator.emulator.server import Emulator
 from simulator.emulator.settings import EmulatorSettings
 from simulator.live.client import retry_after_seconds
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.metrics.records import CallRecord
 from simulator.task_run import TaskRun

@@ -13,7 +13,7 @@ import pytest
 
 from simulator import scenario as sc
 from simulator.errors import InputError
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.model.stats import workload_stats
 from simulator.traces import detect, load, otel
@@ -292,7 +292,7 @@ def test_simulate_on_the_twin_sees_the_same_hits(tmp_path):
     import yaml
 
     from simulator.sim.profile import load_profile
-    from simulator.sim.runner import simulate_to_folder
+    from simulator.pipeline.twin import simulate_to_folder
 
     profile = {"name": "otel-test", "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 512, "max_model_len": 2048},
                "kv_cache": {"block_size": BLOCK, "num_blocks": 4000},

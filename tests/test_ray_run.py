@@ -8,6 +8,7 @@ as Ray tasks."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -23,13 +24,13 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from simulator import scenario as scenario_mod  # noqa: E402
-from simulator.live.runner import run_scenario  # noqa: E402
+from simulator.pipeline.live import run_scenario  # noqa: E402
 from simulator.metrics import results  # noqa: E402
 from simulator.scale import parts, plan  # noqa: E402
-from simulator.scale.fleet import START_MARGIN  # noqa: E402
 from simulator.scale.points import map_points  # noqa: E402
-from simulator.scale.runner import run_sharded  # noqa: E402
+from simulator.pipeline.sharded import run_sharded  # noqa: E402
 from simulator.workload import Call, SubTask, Task, Workload  # noqa: E402
+from reliability_helpers import lines, wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = """
@@ -104,15 +105,54 @@ async def test_two_shards_and_one_process_give_the_same_accounting(cluster, tmp_
     assert set(one.to_dict()) <= set(two.to_dict())
 
 
-async def test_a_shard_killed_mid_run_is_reported_and_its_tasks_accounted_for(cluster, tmp_path):
-    wl = seeded_workload(12, tasks=40, calls=(8, 12), tokens=12)
+HELD_GAP = 3600.0
+"""A tool call longer than the test: the task waiting on it is running in its shard until the kill."""
 
-    def kill_later(fleet) -> None:
-        victim = fleet.members[1].actor
-        asyncio.get_running_loop().call_later(START_MARGIN + 0.4, ray.kill, victim)
+
+def holding_one_task(workload: Workload, shard: int, shards: int) -> tuple[Workload, str]:
+    """`workload` with the first task dealt to `shard` waiting `HELD_GAP` seconds after its first call;
+    returns it and that task's id. Once that call is recorded, the task is running in that shard, however
+    slow the machine."""
+    held = plan.split(workload, shards)[shard].tasks[0]
+    calls = (held.calls[0], dataclasses.replace(held.calls[1], gap=HELD_GAP), *held.calls[2:])
+    tasks = tuple(dataclasses.replace(t, calls=calls) if t.id == held.id else t for t in workload.tasks)
+    return Workload(tasks, workload.provenance), held.id
+
+
+def running_in(part: Path, task_id: str) -> bool:
+    """Whether a shard's part shows `task_id`'s first call answered and the shard's started tasks saved."""
+    progress = results.read_json(part, results.PROGRESS_FILE) or {}
+    records = parts.read_new(part / results.CALLS_FILE, 0).splitlines()
+    answered = any(c["task_id"] == task_id and c["ok"] for c in map(json.loads, records))
+    return answered and progress.get("tasks_started", 0) > 0
+
+
+async def kill_once_running(fleet, index: int, task_id: str, timeout: float = 120.0) -> None:
+    """Kill shard `index`'s actor as soon as its part shows `task_id` running (polling the files the
+    shard streams to); stop the run when that never comes, so that a failure does not wait out HELD_GAP."""
+    member = fleet.members[index]
+    deadline = time.monotonic() + timeout
+    try:
+        while not running_in(Path(member.spec.part), task_id):
+            assert member.running, f"shard {index} ended before {task_id} ran: {member.error}"
+            assert time.monotonic() < deadline, f"shard {index} did not start {task_id}"
+            await asyncio.sleep(0.02)
+        ray.kill(member.actor)
+    except BaseException:
+        fleet.stop()
+        raise
+
+
+async def test_a_shard_killed_mid_run_is_reported_and_its_tasks_accounted_for(cluster, tmp_path):
+    wl, held = holding_one_task(seeded_workload(12, tasks=40, calls=(8, 12), tokens=12), shard=1, shards=2)
+    killer: list[asyncio.Task] = []
+
+    def kill_when_running(fleet) -> None:
+        killer.append(asyncio.ensure_future(kill_once_running(fleet, 1, held)))
 
     summary, outcome = await run_sharded(scenario(), wl, tmp_path / "run", workers=2, handle_sigint=False,
-                                         on_fleet=kill_later)
+                                         on_fleet=kill_when_running)
+    await killer[0]  # its failure, if any, is the test's
     s = summary.to_dict()
     assert outcome.stop_reason == s["stop_reason"] == "shard_lost" and s["partial"]
     assert s["ray"]["lost"] == [1]
@@ -124,7 +164,7 @@ async def test_a_shard_killed_mid_run_is_reported_and_its_tasks_accounted_for(cl
     assert len({t.task_id for t in top}) == len(top)  # no task recorded twice
     dead = {t.id for t in plan.split(wl, 2)[1].tasks}
     lost_ids = {t.task_id for t in top if t.error_class == parts.LOST}
-    assert lost_ids and lost_ids <= dead  # tasks that were running in the dead shard, and only those
+    assert held in lost_ids and lost_ids <= dead  # tasks that were running in the dead shard, and only those
     # what the dead shard measured before it died is kept
     assert any(c.task_id in dead and c.ok for c in results.read_calls(tmp_path / "run"))
     # each of its tasks is accounted for: the started ones have a record (done, failed or lost), the others
@@ -161,13 +201,8 @@ run: {workers: 2}
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", str(path), "--ray", cluster, "-o", str(out),
                              "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
         # records streaming in both parts: both shards run
-        while not all((parts.part_folder(out, i) / results.CALLS_FILE).exists() and
-                      (parts.part_folder(out, i) / results.CALLS_FILE).stat().st_size for i in range(2)):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the shards did not start"
-            time.sleep(0.2)
+        wait_for(lambda: all(lines(parts.part_folder(out, i) / results.CALLS_FILE) for i in range(2)), proc=proc)
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=120)
     finally:

@@ -11,7 +11,7 @@ import pytest
 
 from simulator import scenario as sc
 from simulator.cli import main
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import histograms as H
 from simulator.metrics import results
 from simulator.report.folder_data import load_folder
@@ -169,7 +169,7 @@ def test_measurement_window_follows_warmup_and_cooldown(tmp_path):
 def test_progress_view_and_partial_banner_render():
     from rich.console import Console
 
-    from simulator.live.runner import Progress
+    from simulator.pipeline.live import Progress
     from simulator.metrics.results import LiveCounters
     from simulator.metrics.summary import Summary
     from simulator.report.progress import ProgressView

@@ -1,4 +1,4 @@
-"""The run-length estimate of `agentload run`'s banner (`simulator.pipeline.run_length.run_length`): arrivals,
+"""The run-length estimate of `agentload run`'s banner (`simulator.live.run_length.run_length`): arrivals,
 tool and think time and each call's time on the target as its timing model says when nothing else runs
 (never a trace's recorded server time, which a scenario's transforms leave as it was), sub-agents
 alongside their parent, `max_in_flight` holding arrivals back."""
@@ -10,7 +10,7 @@ import pytest
 from simulator import scenario as sc
 from simulator.emulator.call_time import BatchCallTime, FixedCallTime, TwinCallTime, unloaded_call_time
 from simulator.emulator.settings import EmulatorSettings
-from simulator.pipeline.run_length import run_length
+from simulator.live.run_length import run_length
 from simulator.scenario import RunSpec
 from simulator.sim.driver import simulate
 from simulator.sim.profile import load_profile

@@ -13,7 +13,7 @@ from simulator import scenario as sc
 from simulator.cli import main
 from simulator.emulator.server import Emulator
 from simulator.emulator.settings import EmulatorSettings
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
 from simulator.metrics.records import CallRecord, TaskRecord

@@ -3,13 +3,16 @@ shipped scenarios are valid and refer only to files inside the project; the JSON
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from simulator import scenario as sc
+from simulator.emulator.settings import EmulatorSettings, timing_record
 from simulator.errors import InputError
+from simulator.study import schema as study_schema
 from simulator.traces.native import write
 from simulator.workload import Call, Task, Workload
 
@@ -121,8 +124,8 @@ def test_quickstart_loads_its_workload():
     assert len(workload.tasks) >= 3
     arrivals = [t.arrival for t in workload.tasks]
     assert len(set(arrivals)) == len(arrivals)  # staggered
-    max_len = s.emulator.get("max_model_len")
-    if max_len:
+    max_len = s.emulator.max_model_len
+    if "max_model_len" in s.emulator.model_fields_set:
         assert max(c.input_tokens + c.output_tokens for c in workload.all_calls()) <= max_len
 
 
@@ -173,9 +176,9 @@ def test_set_overrides_are_checked_like_the_file():
     assert "from --set" in str(error_of(GOOD, ["run.drain=.inf"]))
     s = sc.parse(GOOD, "scen.yaml", ["slo.ttft_ms.p99.9=500", "emulator.faults=[http_500:0.5]"])
     assert s.slo.ttft_ms.bounds() == {"p99": 2000, "p99.9": 500}
-    assert s.emulator["faults"] == (("http_500", 0.5),)
+    assert s.emulator.faults == (("http_500", 0.5),)
     with_target = GOOD + "target: {base_url: 'http://localhost:8000'}\nemulator: {ttft: 0.1}\n"
-    assert sc.parse(with_target, "scen.yaml", ["emulator=null"]).emulator == {}
+    assert sc.parse(with_target, "scen.yaml", ["emulator=null"]).emulator.model_dump() == {}
 
 
 def test_nesting_too_deep_is_an_input_error():
@@ -217,3 +220,38 @@ def test_a_non_utf8_scenario_file_is_an_input_error(tmp_path):
 def test_an_emulator_profile_name_too_long_is_an_input_error():
     err = error_of(GOOD + "emulator: {profile: " + "x" * 5000 + "}\n")
     assert err.path == "emulator.profile" and "too long" in str(err)
+
+
+# ---- the emulator section, typed (issue 32) ------------------------------------------------------------------
+
+
+def test_the_emulator_section_is_the_emulators_typed_settings_recorded_as_given():
+    text = GOOD + "emulator: {itl: 1, ttft: 0.005, faults: ['http_500:0.1'], port: 0, seed: 4}\n"
+    s = sc.parse(text, "scen.yaml")
+    assert isinstance(s.emulator, EmulatorSettings)
+    assert (s.emulator.ttft, s.emulator.itl, s.emulator.seed, s.emulator.port) == (0.005, 1, 4, 0)
+    assert s.emulator.faults == (("http_500", 0.1),) and s.emulator.max_model_len == 131072  # default, not set
+    assert timing_record(s.emulator)["kind"] == "fixed"
+    # run.json's settings.emulator: what was set, in the order written, a whole number still whole
+    assert json.dumps(s.model_dump(mode="json", by_alias=True)["emulator"]) == (
+        '{"itl": 1, "ttft": 0.005, "faults": [["http_500", 0.1]], "port": 0, "seed": 4}')
+    assert sc.parse(GOOD, "scen.yaml").model_dump(mode="json")["emulator"] == {}
+
+
+def test_a_scenario_made_in_code_takes_its_source_through_with_source(tmp_path):
+    made = sc.Scenario(workload=sc.WorkloadSpec(trace="t.jsonl"))
+    placed = made.with_source(str(tmp_path / "study.yaml"))
+    assert made.source is None and placed.source == str(tmp_path / "study.yaml")
+    assert placed.base_dir() == tmp_path and placed.resolve("t.jsonl") == tmp_path / "t.jsonl"
+    assert placed.model_copy(update={"name": "x"}).source == placed.source
+
+
+def test_study_files_are_read_as_scenario_files_are(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_bytes(b"workload: {trace: t.jsonl}\n# caf\xe9\n")
+    with pytest.raises(InputError) as err:
+        study_schema.load(path)
+    assert "not UTF-8 text" in str(err.value)
+    spec = study_schema.parse("workload: {trace: t.jsonl}\nconfigs: {base: {name: b, url: 'http://h:1'}}\n"
+                              "load: {axis: rate, points: [1]}\n", "study.yaml")
+    assert spec.with_source(str(tmp_path / "s.yaml")).base_dir() == tmp_path and spec.source == "study.yaml"

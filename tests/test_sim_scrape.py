@@ -14,7 +14,7 @@ from simulator.metrics.server import COUNTERS, GAUGES
 from simulator.report.folder_data import Scrapes
 from simulator.sim.driver import SimDriver, ListSink
 from simulator.sim.profile import ServerProfile, profile_from_dict
-from simulator.sim.runner import simulate_to_folder
+from simulator.pipeline.twin import simulate_to_folder
 from simulator.sim.scrape import KEYS
 from simulator.workload import Call, Task, Workload
 

@@ -209,12 +209,13 @@ async def test_the_studys_calibration_records_the_rounds_trend(tmp_path, monkeyp
 
     from simulator.emulator.server import run_emulator
     from simulator.live.client import Target
-    from simulator.sim.calibrate import design_sweep
+    from simulator.calibration.sweep import design_sweep
     from simulator.study import calibration
 
     base = load_profile("tiny-vllm-cpu")
     # the sweep's bursts of up to two (as `calibrate --max-concurrency 2`): an eighth of the time
-    monkeypatch.setattr(calibration, "design_sweep", lambda profile: design_sweep(profile, max_concurrency=2))
+    monkeypatch.setattr(calibration, "design_sweep",
+                        lambda profile, **limits: design_sweep(profile, max_concurrency=2, **limits))
     async with run_emulator(prefill_per_token=2e-5, decode_base=0.004, decode_per_seq=0.0005) as url:
         profile = await asyncio.to_thread(calibration.calibrate, Target(base_url=url), base, tmp_path,
                                           repeat=3, max_prompt=64)

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
+from simulator.calibration.fit import FIT_TERMS
+from simulator.calibration.sweep import design_sweep
 from simulator.cli import main
 from simulator.emulator.server import run_emulator
 from simulator.sim.profile import load_profile
@@ -90,15 +93,28 @@ def test_profiles_lists_presets_and_marks_uncalibrated(capsys):
 
 
 def test_calibrate_on_the_twin_writes_a_calibrated_profile_with_its_fit_error(tmp_path, capsys):
-    # one calibration (minutes on two CPUs) for both: the profile and the fit error it records
+    # a short sweep: what is checked here is the profile the command writes (the fit's accuracy is
+    # tests/test_twin_calibrate.py's)
     path = tmp_path / "cal.yaml"
-    assert main(["calibrate", "-p", "tiny-vllm-cpu", "--twin", "-o", str(path), "--name", "tiny-cal"]) == 0
+    assert main(["calibrate", "-p", "tiny-vllm-cpu", "--twin", "--max-prompt", "64", "--max-concurrency", "2",
+                 "-o", str(path), "--name", "tiny-cal"]) == 0
+    out = capsys.readouterr().out
+    points = len(design_sweep(load_profile("tiny-vllm-cpu"), max_concurrency=2, max_prompt=64))
+    assert out.startswith(f"calibration of tiny-vllm-cpu against twin of tiny-vllm-cpu (exact): {points} sweep "
+                          "points\n")
     profile = load_profile(path)
     assert profile.calibrated and profile.name == "tiny-cal"
-    assert "rms relative error" in capsys.readouterr().out
+    assert profile.source == "agentload calibrate (exact) against twin of tiny-vllm-cpu"
+    assert profile.description == load_profile("tiny-vllm-cpu").description  # a calibrated base's, kept
     record = profile.calibration
-    assert record is not None and record.points > 10 and record.worst_relative_error >= record.rms_relative_error
-    assert set(record.terms) >= {"fixed", "per_token", "per_decode_seq"}
+    assert record is not None and record.points == points and record.worst_relative_error >= record.rms_relative_error
+    assert f"rms relative error over {points} points: {record.rms_relative_error:.2%}" in out
+    assert path.read_text().startswith(
+        f"# Calibrated by `agentload calibrate` (rms relative error of the fit {record.rms_relative_error:.2%}).\n")
+    assert set(record.terms) == set(FIT_TERMS)
+    # the coefficients written are those printed
+    printed = {line.split()[0]: float(line.split()[1]) for line in out.splitlines() if line.split()[0] in FIT_TERMS}
+    assert printed == {term: pytest.approx(getattr(profile.step_time, term), rel=1e-4) for term in FIT_TERMS}
     assert record.drift is None  # the twin does not drift
 
 
@@ -135,9 +151,9 @@ async def test_calibrate_warms_a_cached_points_prompt_into_the_prefix_cache():
 
 async def test_a_loaded_point_sends_its_calls_while_its_streams_decode():
     # against the emulator's twin: 4 streams (warmed, then sent), then 8 short calls while they decode
-    from simulator.live.calibration import measure_sweep
+    from simulator.calibration.on_server import measure_sweep
+    from simulator.calibration.sweep import SweepPoint, probe_offsets
     from simulator.live.client import Target
-    from simulator.sim.calibrate import SweepPoint, probe_offsets
 
     point = SweepPoint("loaded", 4, 32, 1, cached=True)
     async with run_emulator(profile="tiny-vllm-cpu") as url:

@@ -17,10 +17,10 @@ from simulator.emulator.settings import EmulatorSettings
 from simulator.emulator.twin_timing import TwinTiming
 from simulator.errors import InputError
 from simulator.live.probes import parse_metrics
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.sim.profile import load_profile
-from simulator.sim.runner import simulate_to_folder
+from simulator.pipeline.twin import simulate_to_folder
 from simulator.workload import Call, Task, Workload
 
 BLOCK = 16
@@ -193,13 +193,13 @@ def test_the_profile_sets_the_context_length_and_bad_profiles_are_input_errors(t
         sc.parse("workload: {trace: x.jsonl}\nemulator:\n  profile: no-such-profile\n", str(tmp_path / "s.yaml"))
     assert info.value.path == "emulator.profile" and info.value.line == 3
     scenario = scenario_for(tmp_path, profile)
-    assert scenario.emulator["profile"] == str(profile)  # resolved against the scenario's folder
+    assert scenario.emulator.profile == str(profile)  # resolved against the scenario's folder
 
 
 def test_quickstart_runs_a_twin_whose_context_holds_every_call():
     root = Path(__file__).resolve().parents[1]
     scenario = sc.load(root / "scenarios" / "quickstart.yaml")
-    profile = load_profile(scenario.emulator["profile"])
+    profile = load_profile(scenario.emulator.profile)
     workload = sc.load_workload(scenario)
     assert max(c.input_tokens + c.output_tokens for c in workload.all_calls()) <= profile.scheduler.max_model_len
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import simpy
 
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import profile_from_dict
-from simulator.sim.twin import Twin
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "twin_golden"
 sys.path.insert(0, str(GOLDEN))
@@ -32,7 +32,7 @@ def probe(streams: int, at: float, **step_time):
     """`streams` requests decoding 200 tokens from time 0, and a one-token call sent at `at`: its
     completion, the streams' completions and the twin's counters."""
     env = simpy.Environment()
-    twin = Twin(env, profile(**step_time))
+    twin = make_twin(env, profile(**step_time))
     running = [twin.submit(1, 200) for _ in range(streams)]
     short = []
 
@@ -97,7 +97,7 @@ def test_a_saturated_api_server_slows_the_streams_delivery_but_not_the_engine():
 
 def test_a_requests_end_is_its_last_tokens_delivery():
     env = simpy.Environment()
-    twin = Twin(env, profile(frontend_per_output_token=1e-3))
+    twin = make_twin(env, profile(frontend_per_output_token=1e-3))
     done = twin.submit(16, 3)
     env.run()
     end = done.value
@@ -125,7 +125,7 @@ def test_intake_work_while_the_engine_steps_stretches_its_steps_by_the_contentio
 
 def test_intake_work_while_the_engine_is_idle_costs_it_nothing():
     env = simpy.Environment()
-    twin = Twin(env, profile(frontend_per_request=4e-3, frontend_contention=2.0))
+    twin = make_twin(env, profile(frontend_per_request=4e-3, frontend_contention=2.0))
     done = twin.submit(16, 3)
     env.run()
     assert done.value.first_token == pytest.approx(4e-3 + STEP)

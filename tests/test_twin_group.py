@@ -152,10 +152,10 @@ def test_take_evicts_as_growing_holdings_one_by_one():
 def test_in_flight_reports_group_members_progress_step_by_step():
     import simpy
 
-    from simulator.sim.twin import Twin
+    from simulator.sim.make_twin import make_twin
 
     env = simpy.Environment()
-    twin = Twin(env, make_profile())
+    twin = make_twin(env, make_profile())
     for i in range(3):
         twin.submit(64, 50, tag=f"r{i}")
     seen = []

@@ -292,12 +292,12 @@ def test_a_preempting_hybrid_twin_gives_every_block_back():
     # a pool too small for the burst: requests are preempted and recompute, states and snapshots churn
     import simpy
 
-    from simulator.sim.twin import Twin
+    from simulator.sim.make_twin import make_twin
 
     profile = profile_from_dict({**hybrid_profile().model_dump(), "kv_cache": {
         **hybrid_profile().kv_cache.model_dump(), "num_blocks": 60}, "scheduler": {"max_model_len": 1024}})
     env = simpy.Environment()
-    twin = Twin(env, profile)
+    twin = make_twin(env, profile)
     system = tuple(range(1, 21))
     done = []
 
@@ -313,3 +313,23 @@ def test_a_preempting_hybrid_twin_gives_every_block_back():
     assert len(done) == 24 and twin.stats.preemptions > 0 and kv.evictions > 0
     assert kv.private == 0 and kv.evictable == kv.cached and kv.available == kv.num_blocks
     assert sum(c.cached_tokens for c in done) > 0
+
+
+def test_make_twin_builds_the_hybrid_twin_only_for_a_profile_with_mamba_layers():
+    import simpy
+
+    from simulator.sim.hybrid_twin import HybridTwin
+    from simulator.sim.make_twin import make_twin
+    from simulator.sim.twin import Twin
+
+    hybrid = make_twin(simpy.Environment(), hybrid_profile(), keep_gaps=True, fast_decode=False)
+    assert type(hybrid) is HybridTwin and hybrid.keep_gaps and not hybrid.fast_decode
+    plain_profile = profile_from_dict({"scheduler": {"max_model_len": 4096},
+                                       "kv_cache": {"block_size": 16, "num_blocks": 500}})
+    plain = make_twin(simpy.Environment(), plain_profile)
+    assert type(plain) is Twin and plain.fast_decode and not plain.keep_gaps
+    # each class refuses the other's profile rather than model it wrongly
+    with pytest.raises(TypeError, match="make_twin"):
+        Twin(simpy.Environment(), hybrid_profile())
+    with pytest.raises(TypeError, match="make_twin"):
+        HybridTwin(simpy.Environment(), plain_profile)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.sim.kv_cache import Holding, KVCache
+from simulator.sim.prefix_tree import Node, common_prefix_at
 
 
 def hold(kv: KVCache, ids, tb: int, tokens: int, limit=None) -> Holding:
@@ -202,3 +203,20 @@ def test_runs_sharing_prompt_tuples_stay_exact_through_growth_splits_and_evictio
                 assert _paths(cache)[h.node] == h.ids[:h.keyed_tb]
         assert cache.cached >= 0 and cache.fresh >= 0
     assert cache.evictions > 0
+
+
+def test_common_prefix_at_counts_the_agreeing_ids_of_a_window():
+    ids = tuple(range(100))
+    assert common_prefix_at(ids, ids, 10, 50) == 50
+    assert common_prefix_at(ids, tuple(ids), 10, 50) == 50  # equal, not the same tuple
+    for differ in (11, 12, 37, 59):
+        other = ids[:differ] + (-1,) + ids[differ + 1:]
+        assert common_prefix_at(ids, other, 10, 50) == differ - 10
+    assert common_prefix_at(ids, ids[:60] + (-1,) * 40, 10, 50) == 50  # a difference past the window
+
+
+def test_the_trees_nodes_are_the_public_prefix_tree_nodes():
+    kv = KVCache(100, 16)
+    h = hold(kv, (1, 2, 3), 64, 200)
+    assert isinstance(h.node, Node) and h.node.ids == (1, 2, 3) and h.node.end == 3
+    assert isinstance(kv.roots[64], Node) and kv.roots[64].children[1] is h.node

@@ -10,10 +10,10 @@ import pytest
 import simpy
 
 from simulator.sim.kv_cache import Holding
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import profile_from_dict
 from simulator.sim.request import TwinRequest
 from simulator.sim.step_time import StepTimeModel
-from simulator.sim.twin import Twin
 from simulator.workload import Call
 
 
@@ -50,7 +50,7 @@ def conversations(seed: int, n: int = 12):
 def run(profile, raw: bool, fast_decode: bool = True, keep_gaps: bool = False, seed: int = 3):
     """Closed-loop conversations on a twin; returns what each call's event gave, in completion order."""
     env = simpy.Environment()
-    twin = Twin(env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
+    twin = make_twin(env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
     done = []
 
     def client(arrival, calls):
@@ -115,7 +115,7 @@ def test_decode_terms_give_duration_to_the_bit(sections):
 @pytest.mark.parametrize("spec", [{"num_tokens": 3, "acceptance": 0.6}, {"num_tokens": 1, "acceptance": 0.9},
                                   {"num_tokens": 2, "acceptance": 1.0}, {"num_tokens": 4, "acceptance": 0.0}])
 def test_steps_to_emit_is_the_fewest_steps_reaching_the_tokens(spec):
-    twin = Twin(simpy.Environment(), make_profile(spec_decode=spec))
+    twin = make_twin(simpy.Environment(), make_profile(spec_decode=spec))
     for step in (0, 1, 5, 99, 12345):
         emitted = [twin.emitted(g) for g in range(step, step + 400)]
         for tokens in (1, 2, 3, 7, 50, 333):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import profile_from_dict
-from simulator.sim.twin import Twin
 from simulator.workload import Call
 
 
@@ -25,7 +25,7 @@ def make_profile(**sections):
 def run(profile, requests, fast_decode=True, keep_gaps=False):
     """Submit (at, input, output, hash_ids) requests; returns (completions in submission order, twin)."""
     env = simpy.Environment()
-    twin = Twin(env, profile, fast_decode=fast_decode, keep_gaps=keep_gaps)
+    twin = make_twin(env, profile, fast_decode=fast_decode, keep_gaps=keep_gaps)
     done = [None] * len(requests)
 
     def client(i, at, n_in, n_out, ids):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..live.calibration import UsableSweep
-    from ..sim.calibrate import SweepPoint
+    from ..calibration.pipeline import MeasuredSweep, SweepMeasure
     from ..sim.profile import ServerProfile
 
 
@@ -50,88 +49,92 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
+    import statistics
+
+    from ..calibration.drift import trend_text
+    from ..calibration.pipeline import calibrate, on_twin
+    from ..calibration.report import calibrate_comments, profile_text
+    from ..calibration.sweep import design_sweep
     from ..errors import InputError
-    from ..sim.calibrate import design_sweep, fit, fit_report, measure_on_twin
+    from ..redact import mask_url
     from ..sim.profile import load_profile
 
     base = load_profile(args.profile)
     if args.repeat < 1:
         raise InputError("must be at least 1", field="--repeat")
-    points = design_sweep(base, max_concurrency=args.max_concurrency)
-    if args.max_prompt:
-        points = [p for p in points if p.input_tokens <= args.max_prompt]
+    points = design_sweep(base, max_concurrency=args.max_concurrency, max_prompt=args.max_prompt)
     if not points:
         raise InputError("the sweep is empty with these limits", field="--max-prompt")
-    trend = None
-    skipped = ""
+    conditions = "exact"
     if args.twin:
-        measured = [measure_on_twin(p, base) for p in points]
         source = f"twin of {base.name}"
-        conditions = "exact"
+        calibration = calibrate(base, points, on_twin(base))
     else:
-        from ..live.calibration import trend_text
-
+        source = mask_url(args.target)
+        reduce = statistics.median if args.statistic == "median" else min
         load_before = _load_average()
-        usable, trend = _measure_live(args, points, base)
-        points, measured, skipped = usable.points, usable.values, usable.skipped_text()
-        source = args.target
-        conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend_text(trend)}, load average "
-                      f"{load_before} before and {_load_average()} after")
-        if usable.skipped:
-            conditions += f", {len(usable.skipped)} of {usable.designed} points not measured"
-    result = fit(points, measured, base)
-    print(f"calibration of {base.name} against {source} ({conditions}): {len(points)} sweep points")
-    print(fit_report(result))
-    if skipped:
-        print(skipped)
+
+        def shown(measured: MeasuredSweep) -> None:
+            nonlocal conditions
+            _show_rounds(measured)
+            usable = measured.usable
+            conditions = (f"{args.statistic} of {args.repeat} repeats, rounds' trend {trend_text(measured.trend)}, "
+                          f"load average {load_before} before and {_load_average()} after")
+            if usable.skipped:
+                conditions += f", {len(usable.skipped)} of {usable.designed} points not measured"
+
+        calibration = calibrate(base, points, _measure_live(args, base, reduce), reduce=reduce,
+                                server=mask_url(args.target), on_measured=shown)
+    result = calibration.result
+    print(f"calibration of {base.name} against {source} ({conditions}): {len(result.points)} sweep points")
+    print(calibration.report_text())
     if args.output:
         name = args.name or f"{base.name}-calibrated"
-        _write_profile(args.output, result.profile.model_copy(update={
+        profile = calibration.profile.model_copy(update={
             "name": name, "source": f"agentload calibrate ({conditions}) against {source}",
-            "calibration": result.profile.calibration.model_copy(update={"drift": trend}),
-            "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()}),
-            result.rms_relative_error, skipped)
+            "description": base.description if base.calibrated else f"{base.description} (calibrated)".strip()})
+        comments = calibrate_comments(result.rms_relative_error, calibration.measured.usable.skipped_text())
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(profile_text(profile, comments))
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
-def _measure_live(args: argparse.Namespace, points: list[SweepPoint],
-                  base: ServerProfile) -> tuple[UsableSweep, Optional[float]]:
-    """The sweep measured on --target (a server set up as `base` says): the points measured, each one's
-    repeats reduced by --statistic, and those left out (`usable_sweep`), and the trend of the rounds'
-    times (`speed_trend`); the rounds, each measurement missed and why, every point's measurements and
-    the rounds' relative times shown on stderr, with a warning when they drifted."""
-    import asyncio
-    import statistics
-
-    from ..live.calibration import drift_warning, measure_sweep, rounds_text, round_speeds, speed_trend, usable_sweep
+def _measure_live(args: argparse.Namespace, base: ServerProfile,
+                  reduce: Callable[[list[float]], float]) -> SweepMeasure:
+    """The sweep measured on --target (a server set up as `base` says), the rounds, each measurement
+    missed and why, and every point's measurements (reduced by `reduce`) shown on stderr."""
+    from ..calibration.pipeline import on_server
     from ..live.client import Target
-    from ..redact import mask_url
 
-    missed: dict[int, list[str]] = {}
-
-    def on_missed(index: int, round_number: int, why: str) -> None:
-        missed.setdefault(index, []).append(why)
-        print(f"  not measured in round {round_number}: {points[index].label()}: {why}", file=sys.stderr)
+    def round_done(n: int) -> None:
+        print(f"  round {n} of {args.repeat} done", file=sys.stderr)
 
     target = Target(base_url=args.target, model=args.model, vocab_size=args.vocab_size)
-    samples = asyncio.run(measure_sweep(
-        target, points, block_size=base.kv_cache.block_size, scheduler=base.scheduler, repeat=args.repeat,
-        on_round=lambda n: print(f"  round {n} of {args.repeat} done", file=sys.stderr), on_missed=on_missed))
-    reduce = statistics.median if args.statistic == "median" else min
-    for point, s in zip(points, samples):
-        taken = [v for v in s if v is not None]
-        value = f"{reduce(taken) * 1e3:10.3f} ms" if taken else "  not measured"
-        spread = "  ".join("missed" if v is None else f"{v * 1e3:.1f}" for v in s)
-        print(f"  {point.label():34s} {value}   (each: {spread})", file=sys.stderr)
-    usable = usable_sweep(points, samples, missed, reduce, server=mask_url(args.target))
-    speeds = round_speeds(samples)
-    trend = speed_trend(speeds)
-    print(f"  {rounds_text(speeds, trend)}", file=sys.stderr)
-    warning = drift_warning(trend)
+
+    def measure(points):
+        def missed(index: int, round_number: int, why: str) -> None:
+            print(f"  not measured in round {round_number}: {points[index].label()}: {why}", file=sys.stderr)
+
+        measurements = on_server(target, base, repeat=args.repeat, on_round=round_done, on_missed=missed)(points)
+        for point, s in zip(points, measurements.samples):
+            taken = [v for v in s if v is not None]
+            value = f"{reduce(taken) * 1e3:10.3f} ms" if taken else "  not measured"
+            spread = "  ".join("missed" if v is None else f"{v * 1e3:.1f}" for v in s)
+            print(f"  {point.label():34s} {value}   (each: {spread})", file=sys.stderr)
+        return measurements
+
+    return measure
+
+
+def _show_rounds(measured: MeasuredSweep) -> None:
+    """The rounds' relative times on stderr, with a warning when the server drifted over them."""
+    from ..calibration.drift import drift_warning
+
+    print(f"  {measured.rounds_text()}", file=sys.stderr)
+    warning = drift_warning(measured.trend)
     if warning:
         print(f"warning: {warning}; calibrate again on a quieter machine, or with more --repeat", file=sys.stderr)
-    return usable, trend
 
 
 def _load_average() -> str:
@@ -143,17 +146,3 @@ def _load_average() -> str:
         return f"{os.getloadavg()[0]:.2f}"
     except (AttributeError, OSError):
         return "n/a"
-
-
-def _write_profile(path: str, profile, rms: float, skipped: str = "") -> None:
-    import yaml
-
-    data = profile.model_dump(mode="json", exclude_none=True)
-    header = (f"# Calibrated by `agentload calibrate` (rms relative error of the fit {rms:.2%}).\n"
-              "# Scheduling overhead is folded into the fixed and per-sequence terms; the API server's\n"
-              "# one-at-a-time work per request is frontend_per_request (+ frontend_per_prompt_token per\n"
-              "# prompt token), per streamed token frontend_per_output_token; other time outside the engine\n"
-              "# request_overhead.\n")
-    header += "".join(f"# {line}\n" for line in skipped.splitlines())
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(header + yaml.safe_dump(data, sort_keys=False))

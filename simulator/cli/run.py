@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from .. import scenario as scenario_mod
     from ..live.client import PreflightError
-    from ..live.runner import LiveExecutor
+    from ..pipeline.live import LiveExecutor
     from ..live.stopper import RunAborted
     from ..metrics.verdict import PREFLIGHT_FAILED, SIGNALLED, verdict
     from ..report.progress import ProgressView
@@ -80,7 +80,7 @@ def run_command(args: argparse.Namespace) -> int:
                    on_signal=signals.append)
     sharded = args.ray is not None or scenario.run.workers is not None
     if sharded:  # over Ray (simulator.scale): the same result, plus where Ray ran it
-        from ..scale.runner import ShardedExecutor
+        from ..pipeline.sharded import ShardedExecutor
 
         executor = ShardedExecutor(address=args.ray or None, **options)
     else:
@@ -123,13 +123,13 @@ def banner(scenario: Any, workload: Any, folder: Any) -> str:
     timing it runs, and a warning when that is a zero-latency server), how long its arrivals last, about
     how long it will take, and where the results will go once the target passed its checks (URL
     credentials masked)."""
-    from ..emulator.settings import describe_timing, from_values, is_zero_latency
-    from ..pipeline.run_length import scenario_run_length
+    from ..emulator.settings import describe_timing, is_zero_latency
+    from ..live.run_length import scenario_run_length
     from ..redact import mask_url
     from ..workload import describe_seconds
 
     tasks, calls, subtasks = workload.counts()
-    emulator = from_values(scenario.emulator) if scenario.target is None else None
+    emulator = scenario.emulator if scenario.target is None else None
     length = scenario_run_length(scenario, workload)
     span = length.last_arrival - length.first_arrival
     cut = f" (run.duration starts {length.tasks} of them)" if length.tasks < tasks else ""

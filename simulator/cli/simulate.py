@@ -53,7 +53,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     from ..pipeline.plan import plan_run, result_folder
     from ..report.terminal import print_summary
     from ..sim.profile import load_profile
-    from ..sim.runner import TwinExecutor
+    from ..pipeline.twin import TwinExecutor
 
     profile = load_profile(args.profile)
     scenario = load_scenario(args, profile=args.profile)

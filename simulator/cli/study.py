@@ -41,14 +41,14 @@ def study_command(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from ..metrics import results
     from ..metrics.verdict import SLO_MISSED
     from ..report.study_terminal import print_study
     from ..report.terminal import output_console
     from ..study import schema
-    from ..study.model import STUDY_FILE
+    from ..study.model import STUDY_FILE, save_study
     from ..study.result import build
     from ..study.runner import StudyRunner
+    from ..study.state import StudyState
     from ..study.verdict import slo_misses
 
     spec = schema.load(args.study, args.overrides)
@@ -60,15 +60,15 @@ def study_command(args: argparse.Namespace) -> int:
     for note in spec.notes:
         console.print(f"agentload: note: {note}", highlight=False, soft_wrap=True)
 
-    def write(r: StudyRunner) -> None:
-        results.write_json(folder, STUDY_FILE, build(r).model_dump(mode="json"))
+    def write(state: StudyState) -> None:
+        save_study(folder, build(state))
 
     try:
-        runner.run(write)
+        final = runner.run(write)
     except KeyboardInterrupt:
         console.print(f"agentload: study interrupted; finished points kept in {folder} (run it again to go on)")
         return 130
-    study = build(runner)
+    study = build(final)
     print_study(study, output_console())
     print(f"study.json: {folder / STUDY_FILE}")
     write_outputs(args, [folder])

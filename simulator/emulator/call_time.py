@@ -1,5 +1,5 @@
 """How long one call takes on the built-in emulator with nothing else running: the server's part of a
-run's length estimate (`simulator.pipeline.run_length.run_length`).
+run's length estimate (`simulator.live.run_length.run_length`).
 
 Each timing model gives it from its own terms: fixed timing its TTFT and ITL; batched timing one step
 a token, the first one also prefilling the prompt tokens its prefix cache does not hold; a profile its
@@ -83,10 +83,10 @@ class TwinCallTime:
     def __init__(self, profile: object) -> None:
         import simpy  # noqa: PLC0415
 
-        from ..sim.twin import Twin  # noqa: PLC0415
+        from ..sim.make_twin import make_twin  # noqa: PLC0415
 
         self.env = simpy.Environment()
-        self.twin = Twin(self.env, profile)  # type: ignore[arg-type]
+        self.twin = make_twin(self.env, profile)  # type: ignore[arg-type]
 
     def __call__(self, call: Call) -> float:
         if call.output_tokens <= 0 or not self.twin.fits(call.input_tokens, call.output_tokens):

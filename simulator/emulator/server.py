@@ -4,7 +4,6 @@ decides when each token goes out."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 import uuid
@@ -15,10 +14,10 @@ import numpy as np
 from aiohttp import web
 
 from ..errors import InputError
-from ..live.prompts import WORDS
 from .api import RequestError, error_response, max_tokens_of, prompt_ids, read_body
 from .faults import FAULT_HEADER, FaultDraws
 from ..rx_stamps import listener, last_arrival
+from ..words import WORDS
 from .prefix_cache import PrefixCache
 from .settings import EmulatorSettings
 from .stream import ChunkWriter
@@ -51,7 +50,7 @@ class Emulator:
         self._faults = FaultDraws(settings.faults, settings.seed)
         self.timing: TimingModel = timing if timing is not None else timing_from(settings)
         if self.timing.max_model_len is not None:
-            settings = dataclasses.replace(settings, max_model_len=self.timing.max_model_len)
+            settings = settings.model_copy(update={"max_model_len": self.timing.max_model_len})
         self.settings = settings
         self.cache = PrefixCache(settings.block_size, settings.cache_blocks)
         self._runner: Optional[web.AppRunner] = None
@@ -293,12 +292,14 @@ def _keep_going(count: int) -> bool:
 
 
 @asynccontextmanager
-async def run_emulator(host: str = "127.0.0.1", port: int = 0, **settings: Any) -> AsyncIterator[str]:
+async def run_emulator(host: str = "127.0.0.1", port: int = 0, settings: Optional[EmulatorSettings] = None,
+                       **fields: Any) -> AsyncIterator[str]:
     """Run an emulator in the current event loop for the duration of the block; yields its base URL.
 
-    Keyword arguments are `EmulatorSettings` fields, e.g. ``run_emulator(ttft=0.05, itl=0.01)``.
+    It runs with `settings`, else with keyword arguments that are `EmulatorSettings` fields, e.g.
+    ``run_emulator(ttft=0.05, itl=0.01)``.
     """
-    emulator = Emulator(EmulatorSettings(**settings))
+    emulator = Emulator(settings if settings is not None else EmulatorSettings(**fields))
     url = await emulator.start(host, port)
     try:
         yield url

@@ -1,9 +1,16 @@
-"""The emulator's settings: plain data, cheap to import (scenario loading checks names against it)."""
+"""The emulator's settings: a typed, validated pydantic model, and a scenario's `emulator` section made of
+it. Cheap to import, and nothing here imports `simulator.live` or `simulator.sim`, so that the scenario
+package can use it without an import cycle."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_serializer, model_validator
+from pydantic import PrivateAttr, SerializerFunctionWrapHandler, ValidatorFunctionWrapHandler
+
+from .. import validation
+from ..errors import InputError
 
 
 DEFAULT_PREFILL_PER_TOKEN = 0.00005
@@ -21,49 +28,117 @@ tokens/s at 40% of an H100's 989 dense BF16 TFLOPS before attention; agent promp
 of tokens add attention, hence 20,000 tokens/s. No context-length term and no KV-cache limit: a
 calibrated profile (`profile`) models those."""
 
+Seconds = Union[int, float]
+"""A number of seconds, kept as given: a whole number stays one, so a run's record reads as the file did."""
 
-@dataclass(frozen=True)
-class EmulatorSettings:
+_MAPPING = TypeAdapter(dict[str, Any])
+
+
+class EmulatorSettings(BaseModel):
     """How the emulator behaves. With `profile` set, the server twin of that profile decides token
     times; otherwise with `ttft` or `itl` set timing is fixed, and with neither it is batched, by
     default with the coefficients of `DEFAULT_SERVER_CLASS` (zero timing, `ttft: 0, itl: 0`, is a
-    zero-latency server, and is said so)."""
+    zero-latency server, and is said so). Every value is checked by `check` (a bad one is a
+    `ValueError` naming the setting), however the settings are made."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = "agentload-emulator"
     max_model_len: int = 131072
     vocab_size: int = 32000
-    ttft: Optional[float] = None
-    itl: Optional[float] = None
-    prefill_per_token: float = DEFAULT_PREFILL_PER_TOKEN
+    ttft: Optional[Seconds] = None
+    itl: Optional[Seconds] = None
+    prefill_per_token: Seconds = DEFAULT_PREFILL_PER_TOKEN
     """Seconds of a step per uncached prompt token admitted in it (batched timing)."""
-    decode_per_seq: float = DEFAULT_DECODE_PER_SEQ
+    decode_per_seq: Seconds = DEFAULT_DECODE_PER_SEQ
     """Seconds of a step per running sequence (batched timing)."""
-    decode_base: float = DEFAULT_DECODE_BASE
+    decode_base: Seconds = DEFAULT_DECODE_BASE
     """Fixed seconds of every step (batched timing)."""
     max_num_seqs: int = 1024
     block_size: int = 16
     cache_blocks: int = 1 << 20
     """Capacity of the prefix cache, in blocks (least recently used go first)."""
-    faults: tuple[tuple[str, float] | str, ...] = ()
-    """(kind, rate) pairs or ``"KIND:RATE"`` strings."""
+    faults: tuple[tuple[str, float], ...] = ()
+    """(kind, rate) pairs (given as ``"KIND:RATE"`` strings too, read into pairs)."""
     seed: int = 0
-    retry_after: Optional[float] = None
+    retry_after: Optional[Seconds] = None
     """Seconds an injected HTTP 429 or 503 fault asks the client to wait (a ``Retry-After`` header);
     None: no header."""
     api_key: Optional[str] = None
     """When set, requests must carry ``Authorization: Bearer <api_key>``."""
-    stall_seconds: float = 3600.0
+    stall_seconds: Seconds = 3600.0
     """How long a stalled stream hangs (until the client goes away, at most this)."""
     profile: Optional[str] = None
     """A server profile (preset name or YAML path): the server twin of `simulator.sim` decides token
     times in real time (`simulator.emulator.twin_timing`), and its `max_model_len` and prefix cache
     apply; the batching and fixed-timing settings are then unused."""
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checked(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, cls):
+            return handler(value)
+        values = _MAPPING.validate_python(value)  # not a mapping, or a key not a string: pydantic's own words
+        cls._check_names(values)
+        return handler(check(values))
 
-def from_values(values: dict[str, Any]) -> EmulatorSettings:
-    """The settings a scenario's `emulator` section gives (checked by `check`; `host` and `port` are
-    where it listens, no setting)."""
-    return EmulatorSettings(**{name: value for name, value in values.items() if name not in ("host", "port")})
+    @classmethod
+    def _check_names(cls, values: dict[str, Any]) -> None:
+        """Raise for a name that is no setting."""
+        unknown = set(values) - set(cls.model_fields)
+        if unknown:
+            raise validation.unknown_keys(unknown, cls.model_fields, "emulator setting")
+
+
+class EmulatorSection(EmulatorSettings):
+    """A scenario's `emulator` section: the emulator's settings and where it listens (`host`, `port`).
+    It is dumped as it was given (its settings records in run.json and saved scenarios): only the
+    settings set, in the order they were written."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    _order: tuple[str, ...] = PrivateAttr(())
+
+    @classmethod
+    def _check_names(cls, values: dict[str, Any]) -> None:
+        """Raise for a name that is no setting, and for a `profile` that names none (a file's ``profile:``
+        left empty)."""
+        super()._check_names(values)
+        if "profile" in values and not isinstance(values["profile"], str):
+            raise ValueError("emulator.profile must be a preset name or a YAML path")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        section = handler(value)
+        if isinstance(value, Mapping):
+            section._order = tuple(value)
+        return section
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        given = [name for name in self._order if name in self.model_fields_set]
+        given += [name for name in type(self).model_fields if name in self.model_fields_set and name not in given]
+        return {name: data[name] for name in given if name in data}
+
+
+def section_of(values: Mapping[str, Any], where: str) -> EmulatorSection:
+    """`values` (an `emulator` section not read from a scenario file, e.g. a study's config) as the
+    typed section; bad settings are an `InputError` naming each, `where` saying whose they are."""
+    try:
+        return EmulatorSection.model_validate(values)
+    except ValidationError as exc:
+        raise InputError.several([
+            InputError(f"{where}: {problem.text()}", path=".".join(["emulator", *map(str, problem.loc)]),
+                       field=problem.field) for problem in validation.problems(exc, EmulatorSection)]) from None
+
+
+def from_values(values: Mapping[str, Any]) -> EmulatorSettings:
+    """The settings of an `emulator` section given as a mapping (`host` and `port`, where it listens,
+    left out), checked."""
+    return EmulatorSettings.model_validate({name: value for name, value in values.items() if name not in ("host", "port")})
 
 
 def timing_kind(settings: EmulatorSettings) -> str:

@@ -33,8 +33,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import simpy
 
+from ..sim.make_twin import make_twin
 from ..sim.profile import ServerProfile, load_profile
-from ..sim.twin import Completion, Twin
+from ..sim.twin import Completion
 from .prefix_cache import block_hash_ids
 from .timing import LATENESS_KEPT, Emit, LoopTiming
 
@@ -85,7 +86,7 @@ class TwinTiming(LoopTiming):
         self.profile = profile
         self.clock = clock
         self.env = simpy.Environment(initial_time=clock())
-        self.twin = Twin(self.env, profile, fast_decode=False)
+        self.twin = make_twin(self.env, profile, fast_decode=False)
         self.block_size = profile.kv_cache.block_size
         self.max_model_len: Optional[int] = profile.scheduler.max_model_len
         self._pending: list[tuple[float, int, int, list[int], _TokenDelivery]] = []

@@ -7,7 +7,7 @@ intended and actual send time; when the driver is late (event loop busy, `max_in
 difference is client lag, reported rather than hidden. Sub-agents (`Fork`) run as their own asyncio
 tasks with their own `TaskRecord` (``parent_id`` set); a task ends when it and all its sub-tasks have.
 
-`stop()` (wired to SIGINT, SIGTERM and SIGHUP by `simulator.live.runner`) stops arrivals and cancels
+`stop()` (wired to SIGINT, SIGTERM and SIGHUP by `simulator.pipeline.live`) stops arrivals and cancels
 what is in flight: each cancelled call and task is recorded with error class ``cancelled``, so nothing
 measured is lost.
 """

@@ -22,9 +22,9 @@ def emulator_note(scenario: Scenario) -> dict[str, Any]:
     did, ``emulator_timing``, what timing it ran (`simulator.emulator.settings.timing_record`)."""
     if scenario.target is not None:
         return {"emulator": False}
-    from ..emulator.settings import from_values, timing_record
+    from ..emulator.settings import timing_record
 
-    return {"emulator": True, "emulator_timing": timing_record(from_values(scenario.emulator))}
+    return {"emulator": True, "emulator_timing": timing_record(scenario.emulator)}
 
 
 @contextlib.asynccontextmanager
@@ -37,13 +37,9 @@ async def open_target(scenario: Scenario) -> AsyncIterator[Any]:
     if spec is None:
         from ..emulator.server import run_emulator
 
-        try:
-            emulator = run_emulator(**scenario.emulator)
-        except TypeError as exc:
-            raise InputError(f"bad emulator setting: {exc}", file=scenario.source, path="emulator") from None
-        async with emulator as base_url:
-            yield Target(base_url=base_url, vocab_size=int(scenario.emulator.get("vocab_size", 32000)),
-                         api_key=scenario.emulator.get("api_key"))
+        emulator = scenario.emulator
+        async with run_emulator(emulator.host, emulator.port, settings=emulator) as base_url:
+            yield Target(base_url=base_url, vocab_size=emulator.vocab_size, api_key=emulator.api_key)
         return
     api_key = None
     if spec.api_key_env:

@@ -285,7 +285,7 @@ class Summary(Figures):
     server: Optional[dict[str, Any]] = None
     """The server's /metrics timeline and per-task load (`simulator.metrics.server.server_section`)."""
     shards: Optional[list[dict[str, Any]]] = None
-    """A sharded run's shards, one line each (`simulator.scale.runner`)."""
+    """A sharded run's shards, one line each (`simulator.pipeline.sharded`)."""
     ray: Optional[dict[str, Any]] = None
     """A sharded run's shard count and the shards lost."""
 

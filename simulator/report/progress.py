@@ -8,7 +8,7 @@ from rich.text import Text
 
 
 class ProgressView:
-    """A rich renderable fed with the runner's progress snapshots (simulator.live.runner.Progress)."""
+    """A rich renderable fed with the runner's progress snapshots (simulator.pipeline.live.Progress)."""
 
     def __init__(self) -> None:
         self._snap: Any = None

@@ -31,8 +31,9 @@ from ..task_run import DriverResult, RecordSink, TaskRun, call_record, failed_ca
 from ..workload import Task, Workload
 from .profile import ServerProfile
 from .request import TwinRequest
+from .make_twin import make_twin
 from .scrape import TwinScraper
-from .twin import Twin, TwinStats, exact_delay
+from .twin import TwinStats, exact_delay
 
 ScrapeSink = Callable[[float, dict[str, float]], None]
 """Takes one sample of the twin's /metrics: (simulated seconds, values by the probe's names)."""
@@ -78,7 +79,7 @@ class SimDriver:
                  drain: Optional[float] = None, scrape_interval: Optional[float] = None,
                  on_scrape: Optional[ScrapeSink] = None) -> None:
         self.env = simpy.Environment()
-        self.twin = Twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
+        self.twin = make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
         self.total: Optional[int] = None
         if isinstance(workload, Workload):
             self.tasks: Iterable[Task] = sorted(workload.tasks, key=lambda t: t.arrival)

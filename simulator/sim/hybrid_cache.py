@@ -39,7 +39,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from .hybrid import checkpoint_inside, checkpoint_position, replay_boundaries
-from .kv_cache import Holding, KVCache, _common, _Dead, _Node
+from .kv_cache import Holding, KVCache
+from .prefix_tree import Dead, Node, common_prefix_at
 
 
 class _Snap:
@@ -48,7 +49,7 @@ class _Snap:
     __slots__ = ("node", "k", "ref", "alive", "blocks", "step")
 
     def __init__(self, k: int, blocks: int, step: int) -> None:
-        self.node: Optional[_Node] = None
+        self.node: Optional[Node] = None
         """The tree node it is keyed to (None: it cannot be hit)."""
         self.k = k
         self.ref = 1
@@ -330,7 +331,7 @@ class HybridKVCache(KVCache):
             unit.alive = True
         return unit
 
-    def _path_node(self, h: HybridHolding, x: int) -> Optional[_Node]:
+    def _path_node(self, h: HybridHolding, x: int) -> Optional[Node]:
         """The tree node holding trace block x - 1 of the request's prompt: on its held path, or on a
         run it computed again that agrees with its ids so far (not yet keyed by it); None if none."""
         if x > len(h.ids):
@@ -348,7 +349,7 @@ class HybridKVCache(KVCache):
             if child is None:
                 return None
             n = min(child.n, x - pos)
-            if _common(ids, child.src, pos, n) < n:
+            if common_prefix_at(ids, child.src, pos, n) < n:
                 return None
             if child.start + child.n >= x:
                 return child
@@ -359,7 +360,7 @@ class HybridKVCache(KVCache):
 
     def _add_dead(self, blocks: int) -> None:
         # in the queue itself: snapshot blocks are entries of it too
-        self.lru[_Dead(blocks)] = None
+        self.lru[Dead(blocks)] = None
         self.cached += blocks
         self.evictable += blocks
 
@@ -405,7 +406,7 @@ class HybridKVCache(KVCache):
             del node.snaps[unit.k]
         unit.node = None
 
-    def _move_snaps(self, tail: _Node, head: _Node) -> None:
+    def _move_snaps(self, tail: Node, head: Node) -> None:
         snaps = tail.snaps
         assert snaps is not None
         end = head.start + head.n
@@ -416,7 +417,7 @@ class HybridKVCache(KVCache):
                 unit.node = head
             head.snaps = moved
 
-    def _drop_snaps(self, node: _Node, upto: int) -> None:
+    def _drop_snaps(self, node: Node, upto: int) -> None:
         snaps = node.snaps
         assert snaps is not None
         for unit in [s for k, s in snaps.items() if k * self.block_size // node.tb > upto]:

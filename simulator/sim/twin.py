@@ -59,7 +59,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Generator, Iterator, Optional, Sequence
+from typing import Any, Generator, Generic, Iterator, Optional, Sequence
 
 import simpy
 
@@ -67,7 +67,7 @@ from ..workload import Call
 from .decode_group import DecodeGroup
 from .kv_cache import Holding, KVCache
 from .profile import ServerProfile
-from .request import TwinRequest
+from .request import HoldingT, TwinRequest
 from .step_time import StepTimeModel
 
 WARM_SHAPES = 16
@@ -154,19 +154,22 @@ _Step = tuple[list[TwinRequest], list[tuple[TwinRequest, int]], Optional[_Chunk]
 steps it is or None, start, end)."""
 
 
-class Twin:
+class Twin(Generic[HoldingT]):
     """The engine of one server. `submit` a request, wait on the event it returns for its `Completion`.
 
-    A hybrid model's profile (``kv_cache.hybrid``) makes a `simulator.sim.hybrid_twin.HybridTwin`."""
+    This is the twin of an attention-only model; `simulator.sim.hybrid_twin.HybridTwin` extends it
+    for a hybrid (Mamba + attention) one by overriding the hooks below (see "where a hybrid model's
+    twin differs"), and `simulator.sim.make_twin.make_twin` builds the one a profile needs. `HoldingT`
+    is the class a request's blocks are recorded in (`_holding_class`)."""
 
-    def __new__(cls, env: simpy.Environment, profile: ServerProfile, **_kwargs: Any) -> Twin:
-        if cls is Twin and profile.kv_cache.hybrid is not None:
-            from .hybrid_twin import HybridTwin
-            cls = HybridTwin
-        return super().__new__(cls)
+    _models_hybrid = False
+    """Whether this twin models a hybrid model's Mamba layers (a profile with ``kv_cache.hybrid``)."""
 
     def __init__(self, env: simpy.Environment, profile: ServerProfile, *, keep_gaps: bool = False,
                  fast_decode: bool = True) -> None:
+        if (profile.kv_cache.hybrid is not None) != self._models_hybrid:
+            raise TypeError(f"{type(self).__name__} cannot model profile {profile.name!r}: "
+                            f"build twins with simulator.sim.make_twin.make_twin")
         self.env = env
         self.profile = profile
         self.keep_gaps = keep_gaps
@@ -193,10 +196,10 @@ class Twin:
         """(start, contention charged when planned) of the step under way; None after an idle."""
         self.k = profile.spec_decode.num_tokens
         self.rate = profile.spec_decode.expected_tokens if self.k else 1.0
-        self.waiting: deque[TwinRequest] = deque()
-        self.running: list[TwinRequest] = []
+        self.waiting: deque[TwinRequest[HoldingT]] = deque()
+        self.running: list[TwinRequest[HoldingT]] = []
         """Running requests outside the group, all newer than its members, in running order."""
-        self.group = DecodeGroup(self.block_size, keep_gaps)
+        self.group = self._make_group(keep_gaps)
         """Decoding requests advanced together (fast path only); the oldest part of the running set."""
         self.stats = TwinStats()
         self.clock = env.now
@@ -226,15 +229,59 @@ class Twin:
         """The latest planned step (None while idle)."""
         env.process(self._start())
 
+    # ---- where a hybrid model's twin differs (hooks `simulator.sim.hybrid_twin` overrides) ----------
+
     def _make_cache(self, profile: ServerProfile) -> KVCache:
+        """The KV cache of `profile`'s server."""
         kv = profile.kv_cache
         return KVCache(kv.capacity_blocks, kv.block_size, kv.enable_prefix_caching)
+
+    def _make_group(self, keep_gaps: bool) -> DecodeGroup:
+        """The decode group (see `simulator.sim.decode_group`)."""
+        return DecodeGroup(self.block_size, keep_gaps)
 
     _holding_class: type = Holding
     """What a request's blocks are recorded in (`simulator.sim.kv_cache.Holding` or a subclass)."""
 
     _limits_chunks = False
     """Whether `_chunk_limit` may shorten a run of decode steps."""
+
+    def _group_takes(self, blocks: int) -> bool:
+        """Whether the decode group, stepped as a whole, may take the `blocks` (more than 0) its
+        members' growth needs this step; taking them if so. False steps its members one by one."""
+        return self.kv.take(blocks)
+
+    def _prefill_chunk(self, req: TwinRequest[HoldingT], tokens: int) -> int:
+        """Prefill tokens a step schedules for a running request still in prefill, given the `tokens`
+        (at least 1) its prompt and the step's budget leave it; 0 skips it this step."""
+        return tokens
+
+    def _grow(self, req: TwinRequest[HoldingT], tokens: int) -> bool:
+        """Give a running request the blocks for a step that brings it to `tokens` computed tokens;
+        False (nothing changed) when they do not fit."""
+        hold = req.hold
+        return tokens <= hold.blocks * self.block_size or self.kv.grow(hold, tokens)
+
+    def _hit(self, req: TwinRequest[HoldingT], tokens: int) -> Optional[tuple[Any, int]]:
+        """A waiting request's prefix-cache hit for its `tokens` tokens: (the cache's match, tokens it
+        serves, fewer than `tokens`); None when the request may not be admitted this step (admission
+        stops)."""
+        kv, bs = self.kv, self.block_size
+        match = kv.lookup(req.hold, (tokens - 1) // bs)
+        return match, kv.cached_blocks(req.hold, match) * bs
+
+    def _admit_blocks(self, req: TwinRequest[HoldingT], match: Any, tokens: int, computed: int, chunk: int) -> int:
+        """Hold a waiting request's hit (`match` of `_hit`, serving `computed` of its `tokens`) and
+        allocate the first prefill chunk of at most `chunk` tokens after it: the chunk's tokens, or 0
+        (nothing changed) when the request cannot be admitted this step (admission stops)."""
+        return chunk if self.kv.admit(req.hold, match, computed + chunk) else 0
+
+    def _may_join(self, req: TwinRequest[HoldingT]) -> bool:
+        """Whether a decoding request's blocks are only private ones from now on, so that it may join
+        the decode group."""
+        hold = req.hold
+        # its next growth may still add keyed blocks to the tree: it keeps its place in line
+        return not (self.kv.prefix_caching and hold.keyed_tb < len(hold.ids))
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -445,7 +492,6 @@ class Twin:
     def _schedule(self) -> tuple[list[TwinRequest], list[tuple[TwinRequest, int]], bool]:
         """Pick this step's work: (decoding requests outside the group, (request, chunk) prefills,
         whether any preemption). The group's members all decode."""
-        kv, bs = self.kv, self.block_size
         budget = self.budget
         per_decode = 1 + self.k
         group = self.group
@@ -454,7 +500,7 @@ class Twin:
             # grants their growth as a whole exactly when it grants it member by member.
             need = group.blocks_needed(group.tokens + per_decode)
             tokens = group.size * per_decode
-            if tokens <= budget and (not need or kv.take(need)):
+            if tokens <= budget and (not need or self._group_takes(need)):
                 budget -= tokens
             else:
                 self.running[:0] = group.settle_all()  # step them one by one (skips, preemptions)
@@ -476,8 +522,11 @@ class Twin:
                     n = budget
                 if n <= 0:
                     continue
+                n = self._prefill_chunk(req, n)
+                if n <= 0:
+                    continue
             tokens = req.computed + n
-            if tokens > req.hold.blocks * bs and not kv.grow(req.hold, tokens):
+            if not self._grow(req, tokens):
                 preempted = True
                 if not self._make_room(req, tokens):
                     break
@@ -498,14 +547,11 @@ class Twin:
     def _join(self, decodes: list[TwinRequest]) -> list[TwinRequest]:
         """Move the scheduled decoders at the head of `running` into the group, as far as their blocks
         are only private ones from now on; returns those left out."""
-        running, group, kv = self.running, self.group, self.kv
+        running, group = self.running, self.group
         k = 0
         for req in decodes:
-            if k >= len(running) or running[k] is not req:
+            if k >= len(running) or running[k] is not req or not self._may_join(req):
                 break
-            hold = req.hold
-            if kv.prefix_caching and hold.keyed_tb < len(hold.ids):
-                break  # its next growth may still add keyed blocks to the tree: keep its place in line
             group.join(req)
             k += 1
         if k:
@@ -514,19 +560,22 @@ class Twin:
 
     def _admit(self, budget: int, prefills: list[tuple[TwinRequest, int]]) -> None:
         """Admit waiting requests first come first served while seats, budget and blocks allow."""
-        kv, bs, running, waiting = self.kv, self.block_size, self.running, self.waiting
+        running, waiting = self.running, self.waiting
         seats = self.max_num_seqs - self.group.size
         while waiting and budget > 0 and len(running) < seats:
             req = waiting[0]
             tokens = req.prompt + req.generated
-            match = kv.lookup(req.hold, (tokens - 1) // bs)
-            computed = kv.cached_blocks(req.hold, match) * bs
+            hit = self._hit(req, tokens)
+            if hit is None:
+                break
+            match, computed = hit
             n = tokens - computed
             if n > budget:
                 if not self.chunked:
                     break
                 n = budget
-            if not kv.admit(req.hold, match, computed + n):
+            n = self._admit_blocks(req, match, tokens, computed, n)
+            if not n:
                 break
             waiting.popleft()
             if req.cached_tokens is None:
@@ -550,7 +599,7 @@ class Twin:
             self._preempt(victim)
             if victim is req:
                 return False
-            if self.kv.grow(req.hold, tokens):
+            if self._grow(req, tokens):
                 return True
 
     def _preempt(self, req: TwinRequest) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .calibrate import DRIFT_WARNING
 from .profile import STEP_SETTINGS, ServerProfile
+
+DRIFT_WARNING = 0.03
+"""A trend of a live calibration sweep's rounds' times larger than this (either way) is reported as the
+server's drift (`CalibrationRecord.drift`): each point's median then mixes speeds."""
 
 SPEC_TERMS = frozenset({"per_spec_token", "per_draft_pass"})
 """Step-time terms that act only with speculative decoding."""

@@ -3,7 +3,7 @@ config's capacity within the task SLO, its cost per task, whether it changed the
 a ranking with its significance (`agentload study STUDY.yaml`).
 
 A study is only a loop over ordinary runs: each (config, load point, repeat) is a result folder that a
-live run (`simulator.live.runner.LiveExecutor`) or a simulation (`simulator.sim.runner.TwinExecutor`)
+live run (`simulator.pipeline.live.LiveExecutor`) or a simulation (`simulator.pipeline.twin.TwinExecutor`)
 writes, so every point can be opened with `agentload report` or `agentload compare`. The modules:
 
 - `schema`: the study file (pydantic; errors name the file, the line and the field).
@@ -18,8 +18,9 @@ writes, so every point can be opened with `agentload report` or `agentload compa
 - `cost`, `quality`, `gpu`: $ per task both ways; probes compared with the base config; NVML figures.
 - `ranking`: the objective per config and whether the differences are beyond noise (from two repeats).
 - `sweep`: `agentload sweep`, two studies (anchors, then rates between them) built from a scenario.
-- `runner`: the study from start to end; `result`: study.json (`model`: its typed shape); `verdict`:
-  what --fail-on-slo exits on.
+- `runner`: the study from start to end, handing out what it has done as a `state.StudyState`;
+  `result`: study.json built from a state alone (`model`: its typed shape); `verdict`: what
+  --fail-on-slo exits on.
 
 The study folder::
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..behaviour import CallRequest
+from ..emulator.settings import section_of
 from ..errors import InputError
 from ..live.client import Client, PreflightError, Target
-from ..live.runner import run_scenario
+from ..pipeline.live import run_scenario
 from ..live.stopper import RunAborted
 from ..live.vllm.server import ServerError, ServerProcess, VLLMServer
 from ..metrics.summary import Summary
@@ -27,7 +28,7 @@ from ..pipeline.execute import execute
 from ..pipeline.plan import plan_run
 from ..scenario import Scenario, TargetSpec
 from ..sim.profile import ServerProfile
-from ..sim.runner import TwinExecutor
+from ..pipeline.twin import TwinExecutor
 from ..workload import Workload
 from .configs import Config
 
@@ -172,7 +173,8 @@ class LiveBackend:
     def scenario_for(self, scenario: Scenario) -> Scenario:
         """`scenario` aimed at this config."""
         if self.config.kind == "emulator":
-            return _copy(scenario, target=None, emulator=dict(self.config.emulator or {}))
+            settings = section_of(self.config.emulator or {}, f"config {self.config.name}")
+            return _copy(scenario, target=None, emulator=settings)
         return _copy(scenario, target=self.target_spec())
 
     def run_point(self, scenario: Scenario, workload: Workload, folder: Path) -> Summary:
@@ -249,7 +251,5 @@ class LiveBackend:
 
 
 def _copy(scenario: Scenario, **update: Any) -> Scenario:
-    """A copy of `scenario` with fields replaced, keeping where it was read from."""
-    out = scenario.model_copy(update=update)
-    out._source = scenario.source
-    return out
+    """A copy of `scenario` with fields replaced (a copy keeps where it was read from)."""
+    return scenario.model_copy(update=update)

@@ -25,6 +25,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import InputError
+from ..metrics import results
 
 STUDY_FILE = "study.json"
 STUDY_VERSION = 2
@@ -378,6 +379,11 @@ class Study(Part):
 def is_study_folder(folder: Path) -> bool:
     """Whether `folder` holds a study.json (and so gets a study report)."""
     return (Path(folder) / STUDY_FILE).is_file()
+
+
+def save_study(folder: Path, study: Study) -> None:
+    """Write `study` as the study.json of `folder` (atomically: a reader sees the old file or the new)."""
+    results.write_json(folder, STUDY_FILE, study.model_dump(mode="json"))
 
 
 def load_study(folder: Path) -> tuple[Study, dict[str, Any]]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import InputError
 from ..metrics import results
@@ -110,6 +112,50 @@ class PointResult:
         return out
 
 
+class PointFile(BaseModel):
+    """study-point.json: what a finished point leaves beside its records, for a study started again to
+    read back (its figures come from the folder's summary). Keys it does not know are ignored."""
+
+    status: Literal["ok", "failed"]
+    error: Optional[str] = None
+    config: str
+    source: str
+    label: str
+    repeat: int
+    seed: int
+    offered_rate: Optional[float] = None
+    """Top-level tasks per second the point's arrivals were sent at (None: a closed loop)."""
+    run_s: float = 0.0
+    gpu: Optional[dict[str, Any]] = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, point: PointResult) -> PointFile:
+        """What `point` leaves."""
+        return cls(status=point.status, error=point.error, config=point.config, source=point.source,
+                   label=point.label, repeat=point.repeat, seed=point.seed, offered_rate=point.offered_rate,
+                   run_s=point.run_s, gpu=point.gpu, extra=point.extra)
+
+    def write(self, folder: Path) -> None:
+        """Write the file into the point's `folder`."""
+        results.write_json(folder, POINT_FILE, self.model_dump())
+
+    @classmethod
+    def read(cls, folder: Path) -> Optional[PointFile]:
+        """The file of the point's `folder`, or None when it has none; `InputError` naming the file and
+        the field when it is not a study-point.json."""
+        data = results.read_json(folder, POINT_FILE)
+        if data is None:
+            return None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or None
+            raise InputError(f"not a study point's file: {error['msg']}", file=str(Path(folder) / POINT_FILE),
+                             path=where, field=str(error["loc"][-1]) if error["loc"] else None) from None
+
+
 RunFn = Callable[[Path], Summary]
 """Runs the point into the folder and returns its summary; sets the point's `run_s` and `start_s`."""
 
@@ -118,10 +164,11 @@ def run_point(point: PointResult, study_dir: Path, run: RunFn, figures_of: Calla
     """Run `point` (or read it back when its folder holds it finished); fills status, figures, timings."""
     started = time.perf_counter()
     folder = study_dir / point.folder
-    kept = results.read_json(folder, POINT_FILE) if folder.is_dir() else None
-    if kept is not None and kept.get("status") == "ok":
-        point.run_s, point.gpu, point.extra = kept.get("run_s", 0.0), kept.get("gpu"), kept.get("extra", {})
-        point.offered_rate = kept.get("offered_rate", point.offered_rate)
+    kept = PointFile.read(folder) if folder.is_dir() else None
+    if kept is not None and kept.status == "ok":
+        point.run_s, point.gpu, point.extra = kept.run_s, kept.gpu, kept.extra
+        if "offered_rate" in kept.model_fields_set:
+            point.offered_rate = kept.offered_rate
         point.figures = figures_of(folder, load_summary(folder))
         point.overhead_s, point.resumed = time.perf_counter() - started, True
         return point
@@ -135,10 +182,7 @@ def run_point(point: PointResult, study_dir: Path, run: RunFn, figures_of: Calla
             point.figures = figures_of(folder, load_summary(folder))
     point.overhead_s = max(0.0, time.perf_counter() - started - point.run_s - point.start_s)
     folder.mkdir(parents=True, exist_ok=True)
-    results.write_json(folder, POINT_FILE, {
-        "status": point.status, "error": point.error, "config": point.config, "source": point.source,
-        "label": point.label, "repeat": point.repeat, "seed": point.seed, "offered_rate": point.offered_rate,
-        "run_s": point.run_s, "gpu": point.gpu, "extra": point.extra})
+    PointFile.of(point).write(folder)
     return point
 
 

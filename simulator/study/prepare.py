@@ -26,8 +26,7 @@ def study_scenario(spec: StudySpec) -> Scenario:
         path = (path if path.is_absolute() else spec.base_dir() / path).resolve()
         base = scenario_mod.load(path, spec.set)
     else:
-        base = Scenario(workload=spec.workload)
-        base._source = spec.source
+        base = Scenario(workload=spec.workload).with_source(spec.source)
         if spec.set:
             raise InputError("`set` overrides a scenario file; without `scenario` give the keys inline",
                              file=spec.source, path="set")
@@ -41,9 +40,7 @@ def study_scenario(spec: StudySpec) -> Scenario:
     update["run"] = run.model_copy(update=run_update)
     if spec.slo is not None:
         update["slo"] = spec.slo
-    out = base.model_copy(update=update)
-    out._source = base.source
-    return out
+    return base.model_copy(update=update)  # a copy keeps the source
 
 
 def target_fields(spec: StudySpec, scenario: Scenario) -> dict[str, Any]:
@@ -89,9 +86,7 @@ class Workloads:
         if generate is not None and repeat:
             seed = (generate.seed if generate.seed is not None else base.run.seed) + repeat
             update["workload"] = base.workload.model_copy(update={"generate": generate.model_copy(update={"seed": seed})})
-        out = base.model_copy(update=update)
-        out._source = base.source
-        return out
+        return base.model_copy(update=update)
 
 
 def reference_scenario(scenario: Scenario, spec: StudySpec) -> Scenario:
@@ -100,9 +95,7 @@ def reference_scenario(scenario: Scenario, spec: StudySpec) -> Scenario:
     assert spec.reference is not None
     workload = scenario_mod.WorkloadSpec(synthetic=spec.reference.synthetic)
     run = RunSpec(seed=scenario.run.seed, output=scenario.run.output, scrape_interval=scenario.run.scrape_interval)
-    out = scenario.model_copy(update={"workload": workload, "run": run, "slo": Slo()})
-    out._source = scenario.source
-    return out
+    return scenario.model_copy(update={"workload": workload, "run": run, "slo": Slo()})
 
 
 def check(spec: StudySpec, scenario: Scenario, rate0: Optional[float]) -> None:

@@ -1,15 +1,15 @@
-"""study.json from what a study ran (`build`: the typed `simulator.study.model.Study`), and the objective
-values the ranking, the twin's prediction and the config space share. Each figure is computed here once;
-its definition is the model's."""
+"""study.json from what a study ran: `build(state)` turns a `simulator.study.state.StudyState` into the
+typed `simulator.study.model.Study`, reading nothing but the state (the same state gives the same
+study.json). `objective_values` is shared by the ranking, the twin's prediction and the config space.
+Each figure is computed here once; its definition is the model's."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
 import statistics
-import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -20,21 +20,20 @@ from .model import (STUDY_VERSION, CapacityResult, ConfigResult, Cost, FailedPoi
                     Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
 from .points import PointResult
 from .ranking import HIGHER_IS_BETTER, UNITS, Value, order_of, rank
-
-if TYPE_CHECKING:
-    from .runner import ConfigRun, StudyRunner
+from .schema import StudySpec
+from .state import ConfigRun, StudyState
 
 
 def _iso(t: Optional[float]) -> Optional[str]:
     return None if t is None else _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
 
-def rank_load(runner: StudyRunner) -> Optional[float]:
+def rank_load(spec: StudySpec) -> Optional[float]:
     """The sweep value per-config figures are taken at: `rank_at`, else the highest."""
-    load = runner.spec.load
+    load = spec.load
     if load is None:
         return None
-    return runner.spec.rank_at if runner.spec.rank_at is not None else max(load.values())
+    return spec.rank_at if spec.rank_at is not None else max(load.values())
 
 
 def _sweep_points(run: ConfigRun, load: Optional[float]) -> list[PointResult]:
@@ -90,12 +89,12 @@ def _sweep(run: ConfigRun) -> list[SweepRow]:
     return out
 
 
-def _cost(runner: StudyRunner, run: ConfigRun, points: list[PointResult]) -> Optional[Cost]:
+def _cost(state: StudyState, run: ConfigRun, points: list[PointResult]) -> Optional[Cost]:
     """$ per task both ways, at the capacity (else at the ranking load's sustained rate), and the
     utilisation behind it."""
     if not points:
         return None
-    spec = runner.spec.cost
+    spec = state.spec.cost
     if run.capacity is not None and run.capacity.rate is not None:
         tasks_h, at_rate = run.capacity.rate * 3600, run.capacity.rate
     else:
@@ -107,7 +106,7 @@ def _cost(runner: StudyRunner, run: ConfigRun, points: list[PointResult]) -> Opt
     energy = [p.gpu["energy_j"] / p.figures.tasks_completed for p in points if p.gpu and p.figures.tasks_completed]
     return Cost(
         self_hosted_per_task=cost.self_hosted_per_task(spec, tasks_h),
-        api_per_task=_mean([cost.api_per_task(spec, cost.api_tokens_of(runner.workloads.api_tokens(p.repeat),
+        api_per_task=_mean([cost.api_per_task(spec, cost.api_tokens_of(state.workload.api_tokens[p.repeat],
                                                                         p.figures.task_times)) for p in points]),
         at_rate_per_s=at_rate, tasks_per_hour=tasks_h,
         utilisation=statistics.fmean(busy) if busy else (statistics.fmean(util) if util else None),
@@ -126,10 +125,10 @@ def _gpu(run: ConfigRun) -> Gpu:
                energy_j=energy, joules_per_task=energy / tasks if tasks else None)
 
 
-def objective_values(runner: StudyRunner, runs: dict[str, ConfigRun]) -> dict[str, Value]:
+def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun]) -> dict[str, Value]:
     """Each config's objective value, with its samples (one per repeat) and interval."""
-    objective, load = runner.spec.objective, rank_load(runner)
-    spec = runner.spec.cost
+    objective, load = study.objective, rank_load(study)
+    spec = study.cost
     out = {}
     for name, run in runs.items():
         cap = run.capacity
@@ -154,7 +153,7 @@ def objective_values(runner: StudyRunner, runs: dict[str, ConfigRun]) -> dict[st
             value = _unbracketed(cap, objective, spec)
         else:
             value = _best_sweep(run, objective, spec)
-        out[name] = value.with_ci(runner.spec.confidence)
+        out[name] = value.with_ci(study.confidence)
     return out
 
 
@@ -206,20 +205,20 @@ def _finite(pair: Optional[tuple[float, float]]) -> Optional[tuple[Optional[floa
     return tuple(v if math.isfinite(v) else None for v in pair)  # type: ignore[return-value]
 
 
-def _objective(runner: StudyRunner, value: Value, run: ConfigRun) -> Objective:
+def _objective(spec: StudySpec, value: Value, run: ConfigRun) -> Objective:
     cap = run.capacity
     resolution = None
-    if runner.spec.objective == "goodput" and cap is not None and cap.rate is not None:
+    if spec.objective == "goodput" and cap is not None and cap.rate is not None:
         resolution = cap.resolution * 3600
-    return Objective(value=value.value, ci=_finite(value.ci), unit=UNITS[runner.spec.objective],
+    return Objective(value=value.value, ci=_finite(value.ci), unit=UNITS[spec.objective],
                      bound=value.bound, samples=len(value.samples), resolution=resolution)
 
 
-def config_entry(runner: StudyRunner, run: ConfigRun, value: Value, rank_no: Optional[int],
+def config_entry(state: StudyState, run: ConfigRun, value: Value, rank_no: Optional[int],
                  twin: Optional[TwinEntry]) -> ConfigResult:
     """One config in study.json."""
-    c = run.config
-    load = rank_load(runner)
+    c, spec = run.config, state.spec
+    load = rank_load(spec)
     at = _sweep_points(run, load)
     at_load = load
     if not at:
@@ -232,54 +231,52 @@ def config_entry(runner: StudyRunner, run: ConfigRun, value: Value, rank_no: Opt
         server=run.server, points=[StudyPoint.model_validate(p.to_dict()) for p in run.points], sweep=_sweep(run),
         at_load=at_load, **(_aggregate(at) if at else {}),
         capacity=CapacityResult.model_validate(run.capacity.to_dict()) if run.capacity is not None else None,
-        cost=_cost(runner, run, at),
+        cost=_cost(state, run, at),
         quality=Quality.model_validate(run.quality) if run.quality is not None else None,
         gpu=_gpu(run),
         reference=None if reference is None else {
-            "label": runner.spec.reference.label or _shape_label(runner), "folder": reference.folder,
+            "label": spec.reference.label or _shape_label(spec), "folder": reference.folder,
             "output_tokens_per_s": reference.figures.output_tokens_per_s,
             "requests_per_s": reference.figures.requests_per_s},
-        objective=_objective(runner, value, run), rank=rank_no, twin=twin)
+        objective=_objective(spec, value, run), rank=rank_no, twin=twin)
 
 
-def _shape_label(runner: StudyRunner) -> str:
-    s = runner.spec.reference.synthetic
+def _shape_label(spec: StudySpec) -> str:
+    s = spec.reference.synthetic
     return f"{s.input_tokens}/{s.output_tokens} x {s.concurrency}"
 
 
-def build(runner: StudyRunner) -> Study:
-    """The whole study.json."""
-    spec, objective = runner.spec, runner.spec.objective
-    values = objective_values(runner, runner.runs)
+def build(state: StudyState) -> Study:
+    """The whole study.json, from the study's state and nothing else."""
+    spec, objective = state.spec, state.spec.objective
+    values = objective_values(spec, state.runs)
     order, comparisons = rank(values, objective, spec.confidence)
     ranks = {name: i + 1 for i, name in enumerate(order) if values[name].value is not None}
-    prediction, twin_entries = _twin_prediction(runner, order)
-    _, workload, rate0 = runner.workloads.get(0)
-    tasks, calls, subtasks = workload.counts()
-    points = [p for r in runner.runs.values() for p in r.points] + \
-        [p for r in runner.twin_runs.values() for p in r.points]
+    prediction, twin_entries = _twin_prediction(state, order)
+    workload = state.workload
+    points = state.all_points()
     fresh = [p.overhead_s for p in points if not p.resumed]
     return Study(
         agentload_study=STUDY_VERSION, name=spec.display_name(), description=spec.description,
-        study_file=spec.source, folder=str(runner.folder),
-        started_at=_iso(runner.started_at), finished_at=_iso(_now()) if runner.complete else None,
-        complete=runner.complete,
-        workload={"source": runner.scenario.source or "", "tasks": tasks, "calls": calls, "subtasks": subtasks,
-                  "base_rate_per_s": rate0},
-        slo=runner.scenario.slo.model_dump(mode="json", exclude_none=True, by_alias=True),
+        study_file=spec.source, folder=str(state.folder),
+        started_at=_iso(state.started_at), finished_at=_iso(state.finished_at) if state.complete else None,
+        complete=state.complete,
+        workload={"source": workload.source, "tasks": workload.tasks, "calls": workload.calls,
+                  "subtasks": workload.subtasks, "base_rate_per_s": workload.base_rate_per_s},
+        slo=state.slo.model_dump(mode="json", exclude_none=True, by_alias=True),
         axis=spec.load.axis if spec.load else None, axis_unit=AXIS_UNITS[spec.load.axis] if spec.load else None,
         objective=objective, confidence=spec.confidence, repeats=spec.repeats,
         capacity_repeats=(spec.capacity.repeats or spec.repeats) if spec.capacity else None,
-        notes=list(runner.notes) + _untestable_notes(runner),
+        notes=list(state.notes) + _untestable_notes(state),
         cost=spec.cost.model_dump(mode="json") if spec.cost else None,
-        base=next(c.name for c in runner.configs if c.is_base),
-        configs=[config_entry(runner, run, values[name], ranks.get(name), twin_entries.get(name))
-                 for name, run in runner.runs.items()],
+        base=state.base().name,
+        configs=[config_entry(state, run, values[name], ranks.get(name), twin_entries.get(name))
+                 for name, run in state.runs.items()],
         ranking=Ranking(objective=objective, unit=UNITS[objective],
                         better="higher" if HIGHER_IS_BETTER[objective] else "lower", order=order,
                         comparisons=comparisons),
         twin_prediction=prediction,
-        space=_space(runner, order),
+        space=_space(state, order),
         overhead={"points": len(fresh), "mean_s": statistics.fmean(fresh) if fresh else None,
                   "max_s": max(fresh) if fresh else None},
         failed_points=[FailedPoint(config=p.config, load=p.load, repeat=p.repeat, source=p.source, error=p.error,
@@ -287,11 +284,11 @@ def build(runner: StudyRunner) -> Study:
     )
 
 
-def _untestable_notes(runner: StudyRunner) -> list[str]:
+def _untestable_notes(state: StudyState) -> list[str]:
     """One line per config whose probes or sweep points came as bursts too short to test their rate."""
     notes = []
-    tasks = runner.workloads.get(0)[1].counts()[0]
-    for name, run in runner.runs.items():
+    tasks = state.workload.tasks
+    for name, run in state.runs.items():
         bursts = sorted({p.offered_rate for p in run.points if p.verdict() == "untestable"})
         if bursts:
             rates = ", ".join(f"{rate:.3g}" for rate in bursts)
@@ -300,37 +297,33 @@ def _untestable_notes(runner: StudyRunner) -> list[str]:
     return notes
 
 
-def _now() -> float:
-    return time.time()
-
-
-def _twin_prediction(runner: StudyRunner, measured: list[str]) -> tuple[Optional[TwinPrediction], dict[str, TwinEntry]]:
+def _twin_prediction(state: StudyState, measured: list[str]) -> tuple[Optional[TwinPrediction], dict[str, TwinEntry]]:
     """The twin's order of the live configs it ran, against the measured order of the same configs."""
-    if not runner.twin_runs:
+    if not state.twin_runs:
         return None, {}
-    values = objective_values(runner, runner.twin_runs)
-    predicted = order_of({n: v.value for n, v in values.items()}, runner.spec.objective)
-    names = set(runner.twin_runs)
+    values = objective_values(state.spec, state.twin_runs)
+    predicted = order_of({n: v.value for n, v in values.items()}, state.spec.objective)
+    names = set(state.twin_runs)
     measured_same = [n for n in measured if n in names]
-    profile = runner.twin_profile_source() or ""
+    profile = state.twin_profile or ""
     entries = {n: TwinEntry(predicted_value=values[n].value, predicted_rank=predicted.index(n) + 1, profile=profile)
                for n in predicted}
-    left_out = [c.name for c in runner.configs if c.live and c.name not in names]
+    left_out = [c.name for c in state.configs if c.live and c.name not in names]
     note = f"no twin equivalent (flags only): {', '.join(left_out)}" if left_out else None
-    return TwinPrediction(profile=profile, calibrated=runner.calibrated is not None, configs=sorted(names),
+    return TwinPrediction(profile=profile, calibrated=state.calibrated, configs=sorted(names),
                           predicted_order=predicted, measured_order=measured_same,
                           same_order=predicted == measured_same, note=note), entries
 
 
-def _space(runner: StudyRunner, measured: list[str]) -> Optional[dict[str, Any]]:
-    space = runner.space
+def _space(state: StudyState, measured: list[str]) -> Optional[dict[str, Any]]:
+    space = state.space
     if space is None:
         return None
-    values = objective_values(runner, space.runs)
-    order = order_of({n: v.value for n, v in values.items()}, runner.spec.objective)
+    values = objective_values(state.spec, space.runs)
+    order = order_of({n: v.value for n, v in values.items()}, state.spec.objective)
     live = [n for n in measured if n in space.top]
     return {
-        "grid": runner.spec.space.grid, "top_k": runner.spec.space.top_k, "profile": space.profile,
+        "grid": state.spec.space.grid, "top_k": state.spec.space.top_k, "profile": space.profile,
         "candidates": [{"name": c.name, "settings": c.settings, "predicted_value": values[c.name].value,
                         "predicted_rank": order.index(c.name) + 1} for c in space.candidates],
         "live": [{"name": n, "predicted_rank": order.index(n) + 1,

@@ -1,6 +1,11 @@
 """A study from start to end: each config in turn (the base first) with its server started once, its
 quality probes, its reference run, its sweep and its capacity search; then the twin's prediction of the
-live configs and the config space; study.json after every config and at the end (also when stopped).
+live configs and the config space.
+
+What the study has done is a `StudyState` (`simulator.study.state`), never changed once made: the runner
+keeps the latest and makes a new one at each step (a config started, a point finished, a capacity
+found). It hands the state to the caller's `emit` after every config and at the end (also when
+stopped); the caller writes study.json from it (`simulator.study.result.build`).
 """
 
 from __future__ import annotations
@@ -10,15 +15,16 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from .. import scenario as scenario_mod
+from ..calibration.drift import drift_warning
 from ..errors import InputError
-from ..live.calibration import drift_warning
 from ..metrics import results
 from ..metrics.slo import Slo
+from ..redact import mask_url
 from ..sim.profile import ServerProfile, load_profile
 from ..workload import Workload
 from . import calibration, fan_out, quality
@@ -27,38 +33,18 @@ from .capacity import Capacity, combine, search
 from .configs import Config, resolve, resolve_profile
 from .gpu import GpuSampler, open_sampler
 from .load import LoadPoint, apply
-from .points import PointResult, run_point, standard_figures
+from .points import PointResult, standard_figures
 from .prepare import Workloads, check, reference_scenario, study_scenario, target_fields
 from .ranking import order_of
 from .result import objective_values
 from .schema import StudySpec
-from .space import Candidate, candidates, live_config, twin_config
+from .space import candidates, live_config, twin_config
+from .state import ConfigRun, Group, SpaceRun, StudyState, WorkloadFacts
 
 Backend = Union[TwinBackend, LiveBackend]
 KEY_FILE = "study-key.json"
-
-
-@dataclass
-class ConfigRun:
-    """What one config did in the study."""
-
-    config: Config
-    points: list[PointResult] = field(default_factory=list)
-    capacity: Optional[Capacity] = None
-    quality: Optional[dict[str, Any]] = None
-    server: Optional[dict[str, Any]] = None
-    gpu_note: Optional[str] = None
-    error: Optional[str] = None
-
-
-@dataclass
-class SpaceRun:
-    """The config space searched on the twin."""
-
-    profile: str
-    candidates: list[Candidate]
-    runs: dict[str, ConfigRun] = field(default_factory=dict)
-    top: list[str] = field(default_factory=list)
+Emit = Callable[[StudyState], None]
+"""What receives the study's state after every config and at the end (the study.json writer)."""
 
 
 class StudyRunner:
@@ -73,49 +59,59 @@ class StudyRunner:
         self.say = say
         self.scenario = study_scenario(spec)
         self.workloads = Workloads(self.scenario)
-        self.configs = resolve(spec)
-        if twin_only:
-            self.configs = self._as_twin(self.configs)
+        configs = resolve(spec)
+        self.configs: tuple[Config, ...] = tuple(self._as_twin(configs) if twin_only else configs)
+        """The configs to run, in order (the space's chosen live configs added once it ran)."""
         self.target = target_fields(spec, self.scenario)
         max_failed = spec.capacity.max_failed_share if spec.capacity else 0.01
         self.max_growth = spec.capacity.max_growth if spec.capacity else None
         self.figures = standard_figures(self.scenario.slo, max_failed)
         self.reference_figures = standard_figures(Slo(), max_failed)  # a fixed-shape run is held to no SLO
-        self.runs: dict[str, ConfigRun] = {}
-        self.twin_runs: dict[str, ConfigRun] = {}
-        self.space: Optional[SpaceRun] = None
         self.calibrated: Optional[ServerProfile] = None
         self._reference: Optional[Workload] = None
         self.started_at = time.time()
-        self.complete = False
-        self.notes: list[str] = list(spec.notes)
-        """What a reader of the results must know (settings that took effect), for study.json."""
+        self._state: Optional[StudyState] = None
+
+    @property
+    def state(self) -> StudyState:
+        """What the study has done so far (made when `run` starts)."""
+        assert self._state is not None, "the study has not started"
+        return self._state
 
     # --- the whole study ---------------------------------------------------------------------------
 
-    def run(self, write: Callable[[StudyRunner], None]) -> None:
-        """Run every config, then the twin's prediction; `write(self)` after each config and at the end."""
-        _, _, rate0 = self.workloads.get(0)
+    def run(self, emit: Emit) -> StudyState:
+        """Run every config, then the twin's prediction; `emit(state)` after each config and at the end
+        (also when stopped). Returns the last state."""
+        _, workload, rate0 = self.workloads.get(0)
         check(self.spec, self.scenario, rate0)
         self._claim_folder()
+        tasks, calls, subtasks = workload.counts()
+        self._state = StudyState(
+            spec=self.spec, folder=self.folder, slo=self.scenario.slo,
+            workload=WorkloadFacts(self.scenario.source or "", tasks, calls, subtasks, rate0),
+            configs=self.configs, notes=tuple(self.spec.notes), started_at=self.started_at,
+            twin_profile=self.twin_profile_source())
         disconnect = fan_out.connect(self.ray) if self.ray is not None else None
         try:
             queue = list(self.configs)
             while queue:
                 config = queue.pop(0)
-                self.run_config(config, "points", into=self.runs)
+                self.run_config(config, "points", "runs")
                 if config.is_base and self.spec.space is not None:
                     extra = self.run_space(config)
-                    self.configs += extra
+                    self.configs += tuple(extra)
+                    self._state = replace(self.state, configs=self.configs)
                     queue += extra
-                write(self)
+                emit(self.state)
             if self.spec.twin is not None and any(c.live for c in self.configs):
                 self.predict()
-            self.complete = True
+            self._state = replace(self.state, complete=True, finished_at=time.time())
         finally:
             if disconnect is not None:
                 disconnect()
-            write(self)
+            emit(self.state)
+        return self.state
 
     def _claim_folder(self) -> None:
         """Make the study folder, or check that the one there holds this same study (a resumed run)."""
@@ -158,17 +154,19 @@ class StudyRunner:
         warmup = quality.probe_requests(self.workloads.get(0)[1], self.spec.warmup_calls) if self.spec.warmup_calls else ()
         return LiveBackend(config, self.target, self.folder, warmup)
 
-    def run_config(self, config: Config, root: str, *, into: dict[str, ConfigRun], quality_check: bool = True,
+    def run_config(self, config: Config, root: str, group: Group, *, quality_check: bool = True,
                    reference: bool = True) -> ConfigRun:
-        """Every point of `config` (its server started once, stopped at the end), registered in `into`
-        from the start so that a study stopped midway still reports the points it has."""
-        run = into[config.name] = ConfigRun(config)
+        """Every point of `config` (its server started once, stopped at the end), put in the state's
+        `group` from the start so that a study stopped midway still reports the points it has."""
+        name = config.name
+        self._state = self.state.with_run(group, ConfigRun(config))
         backend = self.backend(config)
-        sampler, run.gpu_note = open_sampler(self.spec.gpu) if backend.live else (None, "twin: no GPU")
+        sampler, gpu_note = open_sampler(self.spec.gpu) if backend.live else (None, "twin: no GPU")
+        self._change(group, name, gpu_note=gpu_note)
         spec = self.spec
         try:
             if backend.live and spec.quality is not None and quality_check:
-                run.quality = self.quality_check(config, backend)
+                self._change(group, name, quality=self.quality_check(config, backend))
             if config.is_base and backend.live and spec.twin is not None and spec.twin.calibrate:
                 self.calibrate(backend)
             planned = [("reference", None, 0)] if spec.reference is not None and reference else []
@@ -176,55 +174,61 @@ class StudyRunner:
                 planned += [("sweep", LoadPoint(spec.load.axis, value), repeat)
                             for value in spec.load.values() for repeat in range(spec.repeats)]
             if self.ray is not None and fan_out.independent(config, sampler):
-                self.fan_out(run, backend, root, planned)
+                self.fan_out(group, config, backend, root, planned)
             else:
                 for source, load, repeat in planned:
-                    self.point(run, backend, root, source, load, repeat, sampler)
+                    self.point(group, config, backend, root, source, load, repeat, sampler)
             if spec.capacity is not None:
-                run.capacity = self.capacity(run, backend, root, sampler)
+                self._change(group, name, capacity=self.capacity(group, config, backend, root, sampler))
         finally:
             backend.close()
             if sampler is not None:
                 sampler.close()
-            run.server = backend.server_info()
-        failed = [p for p in run.points if p.status != "ok"]
+            self._change(group, name, server=backend.server_info())
+        points = self.state.group(group)[name].points
+        failed = [p for p in points if p.status != "ok"]
         if failed:
-            run.error = f"{len(failed)} of {len(run.points)} points failed; first: {failed[0].error}"
-        return run
+            self._change(group, name, error=f"{len(failed)} of {len(points)} points failed; first: {failed[0].error}")
+        return self.state.group(group)[name]
 
-    def capacity(self, run: ConfigRun, backend: Backend, root: str, sampler: Optional[GpuSampler]) -> Capacity:
+    def _change(self, group: Group, name: str, **changes: Any) -> None:
+        """The state with fields of config `name`'s run in `group` changed."""
+        self._state = self.state.with_config_run(group, name, **changes)
+
+    def capacity(self, group: Group, config: Config, backend: Backend, root: str,
+                 sampler: Optional[GpuSampler]) -> Capacity:
         """The capacity search, one per repeat."""
         cap = self.spec.capacity
         assert cap is not None
         searches = []
         for repeat in range(cap.repeats or self.spec.repeats):
             def probe(rate: float, repeat: int = repeat) -> Optional[str]:
-                point = self.point(run, backend, root, "capacity", LoadPoint("rate", rate), repeat, sampler)
+                point = self.point(group, config, backend, root, "capacity", LoadPoint("rate", rate), repeat, sampler)
                 return point.verdict()
             searches.append(search(probe, cap.low, cap.high or cap.low * 4, cap.precision, cap.max_probes, repeat,
                                    min_rate=cap.min_rate if cap.min_rate is not None else cap.low / 16))
         return combine(searches, self.spec.confidence)
 
-    def point(self, run: ConfigRun, backend: Backend, root: str, source: str, load: Optional[LoadPoint], repeat: int,
-              sampler: Optional[GpuSampler]) -> PointResult:
-        """Run one point (or read it back), add it to `run` and say how it went."""
-        job = self.point_job(run, backend, root, source, load, repeat, sampler)
+    def point(self, group: Group, config: Config, backend: Backend, root: str, source: str,
+              load: Optional[LoadPoint], repeat: int, sampler: Optional[GpuSampler]) -> PointResult:
+        """Run one point (or read it back), add it to the config's run and say how it went."""
+        job = self.point_job(config, backend, root, source, load, repeat, sampler)
         fan_out.run_job(job)
-        self.finish_point(run, job.result, load)
+        self.finish_point(group, config.name, job.result, load)
         self.say(("twin " if root.startswith("twin") else "") + _progress(job.result))
         return job.result
 
-    def fan_out(self, run: ConfigRun, backend: Backend, root: str,
+    def fan_out(self, group: Group, config: Config, backend: Backend, root: str,
                 planned: list[tuple[str, Optional[LoadPoint], int]]) -> None:
-        """Run the planned points as Ray tasks at once; appended to `run` in the planned order (and
-        judged in it) as when they run here, so study.json is the same."""
-        jobs = [self.point_job(run, backend, root, source, load, repeat, None) for source, load, repeat in planned]
+        """Run the planned points as Ray tasks at once; added to the config's run in the planned order
+        (and judged in it) as when they run here, so study.json is the same."""
+        jobs = [self.point_job(config, backend, root, source, load, repeat, None) for source, load, repeat in planned]
         results = fan_out.run_jobs(jobs)
         for (_, load, _), result in zip(planned, results):
-            self.finish_point(run, result, load)  # the growth verdict needs the points before it: said after
+            self.finish_point(group, config.name, result, load)  # the growth verdict needs the points before it
             self.say(("twin " if root.startswith("twin") else "") + _progress(result))
 
-    def point_job(self, run: ConfigRun, backend: Backend, root: str, source: str, load: Optional[LoadPoint],
+    def point_job(self, config: Config, backend: Backend, root: str, source: str, load: Optional[LoadPoint],
                   repeat: int, sampler: Optional[GpuSampler]) -> fan_out.PointJob:
         """Everything one point needs to run, here or in a Ray worker."""
         scenario, workload, rate0 = self.workloads.get(repeat)
@@ -237,22 +241,22 @@ class StudyRunner:
             loaded = apply(workload, scenario.run, load, rate0)
             scenario = scenario.model_copy(update={"run": loaded.run})
             workload, offered, label = loaded.workload, loaded.offered_rate, load.label()
-        name = run.config.name
+        name = config.name
         result = PointResult(name, source, label, load.value if load else None, repeat, self.workloads.seed(repeat),
                              f"{root}/{name}/{label}/r{repeat}", offered_rate=offered)
         return fan_out.PointJob(result, self.folder, backend, scenario, workload,
                                 self.figures if load is not None else self.reference_figures, sampler)
 
-    def finish_point(self, run: ConfigRun, result: PointResult, load: Optional[LoadPoint]) -> None:
+    def finish_point(self, group: Group, name: str, result: PointResult, load: Optional[LoadPoint]) -> None:
         """Judge a finished point's growth against the config's points before it, then add it to them."""
         if load is not None and result.figures is not None and self.max_growth is not None and self.scenario.slo.task_s:
-            self._judge_growth(run, result, load.axis)
-        run.points.append(result)
+            self._judge_growth(self.state.group(group)[name].points, result, load.axis)
+        self._state = self.state.with_point(group, name, result, self.workloads.api_tokens(result.repeat))
 
-    def _judge_growth(self, run: ConfigRun, point: PointResult, axis: str) -> None:
+    def _judge_growth(self, before: tuple[PointResult, ...], point: PointResult, axis: str) -> None:
         """The growth check of `point` against the config's lowest-load point of the same repeat and axis
         run before it (none: the SLO's targets alone decide)."""
-        lower = [p for p in run.points if p.ok and p.repeat == point.repeat and p.load is not None
+        lower = [p for p in before if p.ok and p.repeat == point.repeat and p.load is not None
                  and p.label.startswith(f"{axis}-") and p.load < point.load]
         if not lower:
             return
@@ -304,6 +308,7 @@ class StudyRunner:
         folder = self.folder / "calibration"
         self.calibrated = calibration.saved(folder)
         if self.calibrated is not None:
+            self._calibrated()
             return
         try:
             backend.ensure()
@@ -316,11 +321,16 @@ class StudyRunner:
         began = time.perf_counter()
         self.calibrated = calibration.calibrate(target, base, folder, repeat=twin.calibrate_repeat,
                                                 max_prompt=twin.calibrate_max_prompt)
-        self.say(f"twin calibrated on {target.base_url} in {time.perf_counter() - began:.1f} s: {folder}")
+        self._calibrated()
+        self.say(f"twin calibrated on {mask_url(target.base_url)} in {time.perf_counter() - began:.1f} s: {folder}")
         drift = self.calibrated.calibration.drift if self.calibrated.calibration else None
         warning = drift_warning(drift)
         if warning:
             self.say(f"warning: {warning}; raise twin.calibrate_repeat, or calibrate on a quieter machine")
+
+    def _calibrated(self) -> None:
+        """The state with the calibrated profile as the twin's."""
+        self._state = replace(self.state, twin_profile=self.twin_profile_source(), calibrated=True)
 
     def twin_profile_source(self) -> Optional[str]:
         """The profile live configs are on the twin: the calibrated one, else twin.profile."""
@@ -332,11 +342,11 @@ class StudyRunner:
         """Each live config with a twin equivalent run on the twin (twin/NAME/...)."""
         source = self.twin_profile_source()
         for config in self.configs:
-            if not config.live or not config.has_twin_change or config.name not in self.runs:
+            if not config.live or not config.has_twin_change or config.name not in self.state.runs:
                 continue
             twin = replace(config, kind="twin", profile=config.profile or source, server=None, vllm=None, url=None,
                            emulator=None)
-            self.run_config(twin, "twin", into=self.twin_runs, quality_check=False, reference=False)
+            self.run_config(twin, "twin", "twin_runs", quality_check=False, reference=False)
 
     def run_space(self, base: Config) -> list[Config]:
         """Search the config space on the twin; the live configs of its best `top_k` (none on a twin base)."""
@@ -347,15 +357,17 @@ class StudyRunner:
         if profile is None:
             raise InputError("a config space needs a twin profile: space.profile or twin.profile",
                              file=self.spec.source, path="space.profile")
-        self.space = SpaceRun(profile, candidates(space))
-        for candidate in self.space.candidates:
+        self._state = replace(self.state, space=SpaceRun(profile, tuple(candidates(space))))
+        for candidate in self.state.space.candidates:
             config = twin_config(candidate, base, profile)
-            self.run_config(config, "twin/space", into=self.space.runs, quality_check=False, reference=False)
-        values = objective_values(self, self.space.runs)  # the objective as for the study's own configs
-        self.space.top = order_of({n: v.value for n, v in values.items()}, self.spec.objective)[:space.top_k]
+            self.run_config(config, "twin/space", "space", quality_check=False, reference=False)
+        searched = self.state.space
+        values = objective_values(self.spec, searched.runs)  # the objective as for the study's own configs
+        top = tuple(order_of({n: v.value for n, v in values.items()}, self.spec.objective)[:space.top_k])
+        self._state = replace(self.state, space=replace(searched, top=top))
         if not base.live:
             return []
-        chosen = [c for c in self.space.candidates if c.name in self.space.top]
+        chosen = [c for c in searched.candidates if c.name in top]
         return [live_config(c, base, space, self.spec.source) for c in chosen]
 
 

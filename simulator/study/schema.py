@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from ..errors import InputError
 from ..metrics.slo import Slo
-# the scenario loader's YAML-path and line helpers, so that both files report errors alike
-from ..scenario import RunSpec, SyntheticSpec, WorkloadSpec, describe_error, read_mapping
+from ..scenario import RunSpec, SyntheticSpec, WorkloadSpec
+# read as scenario files are, so that both report errors alike
+from ..scenario import overrides as override
+from ..scenario.yaml_io import FileModel, read_mapping, read_text, validate
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Config names become folder names."""
@@ -279,7 +280,7 @@ class TargetDefaults(_Strict):
     metrics: Optional[bool] = None
 
 
-class StudySpec(_Strict):
+class StudySpec(_Strict, FileModel):
     """A study file."""
 
     name: Optional[str] = Field(None, pattern=NAME_PATTERN)
@@ -328,7 +329,6 @@ class StudySpec(_Strict):
             raise ValueError("give `load`, `capacity` or `reference`: the study has nothing to run")
         return self
 
-    _source: Optional[str] = PrivateAttr(None)
     _notes: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -338,12 +338,8 @@ class StudySpec(_Strict):
 
     @property
     def source(self) -> str:
-        """The study file (set by the loader)."""
+        """The study file (set by the loader; "<study>" for a study made without one)."""
         return self._source or "<study>"
-
-    def base_dir(self) -> Path:
-        """The folder relative paths resolve against."""
-        return Path(self._source).resolve().parent if self._source else Path.cwd()
 
     def display_name(self) -> str:
         """The study's name: `name`, else the file's stem."""
@@ -357,25 +353,16 @@ class StudySpec(_Strict):
 def load(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
     """Read and validate a study file, applying ``key.path=value`` overrides (values parsed as YAML)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read study file: {exc.strerror}", file=str(path)) from None
-    return parse(text, str(path), overrides)
+    return parse(read_text(path, "study file"), str(path), overrides)
 
 
 def parse(text: str, source: str, overrides: Sequence[str] = ()) -> StudySpec:
     """Validate study YAML text; `source` names it in errors and anchors relative paths."""
-    data, node, set_keys = read_mapping(
-        text, source, overrides, "a study", "a study must be a mapping (scenario or workload, configs, load or capacity)")
+    data, node = read_mapping(
+        text, source, "a study", "a study must be a mapping (scenario or workload, configs, load or capacity)")
+    set_keys = override.apply(data, overrides, source)
     notes = _repeats_everywhere(data, set_keys)
-    try:
-        spec = StudySpec.model_validate(data)
-    except ValidationError as exc:
-        raise describe_error(exc, node, source, set_keys, model=StudySpec) from None
-    except RecursionError:
-        raise InputError("a value is nested too deeply to be a study setting", file=source) from None
-    spec._source = source
+    spec = validate(StudySpec, data, node, source, set_keys, "a study")
     spec._notes = notes
     return spec
 

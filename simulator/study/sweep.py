@@ -22,7 +22,7 @@ from ..scenario import Scenario
 from ..transforms import task_rate
 from ..workload import Workload
 from . import schema
-from .model import Study
+from .model import Study, save_study
 from .result import build
 from .runner import StudyRunner
 
@@ -48,7 +48,7 @@ def config_of(scenario: Scenario, profile: Optional[str]) -> dict[str, Any]:
         return {"name": "twin", "profile": profile}
     if scenario.target is not None:
         return {"name": "target", "url": scenario.target.base_url}
-    return {"name": "emulator", "emulator": dict(scenario.emulator)}
+    return {"name": "emulator", "emulator": scenario.emulator.model_dump()}
 
 
 def rates_between(low_per_hour: float, high_per_hour: float, points: int) -> list[float]:
@@ -98,9 +98,6 @@ def run_sweep(scenario: Scenario, workload: Workload, scenario_file: Path, folde
 
 
 def _run(spec: schema.StudySpec, folder: Path) -> Study:
-    from ..metrics import results  # noqa: PLC0415 - only when a sweep runs
-    from .model import STUDY_FILE  # noqa: PLC0415
-
-    runner = StudyRunner(spec, folder)
-    runner.run(lambda r: results.write_json(folder, STUDY_FILE, build(r).model_dump(mode="json")))
-    return build(runner)
+    """Run the study into `folder`, its study.json written as it goes; the finished study."""
+    final = StudyRunner(spec, folder).run(lambda state: save_study(folder, build(state)))
+    return build(final)

@@ -21,7 +21,7 @@ import pytest
 from simulator import scenario as sc
 from simulator.cli import main as cli_main
 from simulator.live.client import PreflightError
-from simulator.live.runner import run_scenario
+from simulator.pipeline.live import run_scenario
 from simulator.metrics import results
 from simulator.metrics import server as server_metrics
 from simulator.metrics.records import CallRecord, TaskRecord
@@ -33,6 +33,9 @@ pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios" / "vllm"
 CONTEXT = 4096  # the launcher's --max-model-len
+SESSIONS_CLOSER = "workload.stagger=0.25"
+"""The Claude Code sessions 0.25 s apart instead of the shipped 1 s: still one after another, each replay
+of them 1.5 s shorter (the calls, their prompts and the prefixes they share are the same)."""
 
 
 @dataclass
@@ -99,7 +102,7 @@ def claude_code_run(vllm_server, tmp_path_factory) -> Replay:
     """The Claude Code scenario (first three sessions, token-id prompts) through `agentload run`."""
     folder = tmp_path_factory.mktemp("replay") / "claude-code"
     scenario = SCENARIOS / "claude-code.yaml"
-    overrides = [f"target.base_url={vllm_server.base_url}", "run.max_tasks=3", "run.seed=1"]
+    overrides = [f"target.base_url={vllm_server.base_url}", "run.max_tasks=3", "run.seed=1", SESSIONS_CLOSER]
     code = cli_main(["run", str(scenario), "-o", str(folder), "--no-progress",
                      *(arg for o in overrides for arg in ("--set", o))])
     assert code == 0
@@ -123,7 +126,7 @@ def test_claude_code_token_ids_every_call_exact_and_prefix_cache_hit(claude_code
 
 def test_sharing_off_keeps_prefix_cache_hits_near_zero(vllm_server, tmp_path, claude_code_run):
     run = replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "r",
-                 "run.max_tasks=3", "run.seed=3", "target.share_prefixes=false")
+                 "run.max_tasks=3", "run.seed=3", "target.share_prefixes=false", SESSIONS_CLOSER)
     assert_every_call_done(run)
     assert_counters_match_usage(run)
     # the same calls as the shared run, and the same prompt lengths, but no prefix in common
@@ -138,7 +141,7 @@ def test_sharing_off_keeps_prefix_cache_hits_near_zero(vllm_server, tmp_path, cl
 
 def test_claude_code_chat_every_call_exact_output_and_prefix_cache_hit(vllm_server, tmp_path):
     run = replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "r",
-                 "run.max_tasks=3", "run.seed=2", "target.api=chat")
+                 "run.max_tasks=3", "run.seed=2", "target.api=chat", SESSIONS_CLOSER)
     # chat prompts are calibrated text: lengths near the plan, not exact
     assert_every_call_done(run, exact_input=False)
     planned = run.planned()
@@ -226,7 +229,7 @@ def test_vllm_error_responses_are_recorded_and_the_run_goes_on(vllm_server, tmp_
 
 
 def test_unknown_model_fails_the_preflight_or_every_call_with_vllms_message(vllm_server, tmp_path):
-    overrides = ("run.max_tasks=2", "run.seed=7", "target.model=no-such-model")
+    overrides = ("run.max_tasks=2", "run.seed=7", "target.model=no-such-model", SESSIONS_CLOSER)
     with pytest.raises(PreflightError, match="'no-such-model' is not served by .*; it serves: ") as err:
         replay(vllm_server, SCENARIOS / "claude-code.yaml", tmp_path / "checked", *overrides)
     assert vllm_server.model_name in str(err.value)

@@ -17,13 +17,13 @@ from ..metrics.folder import planned_counts
 from ..metrics.results import Window
 from ..metrics.slo import Slo
 from ..metrics.summary import SimulationStats, Summary
-from ..pipeline.execute import execute
-from ..pipeline.plan import RunPlan
-from ..pipeline.record import Outcome, Recorder
+from ..sim.driver import SimDriver, SimResult
+from ..sim.profile import ServerProfile
+from ..sim.uncertainty import uncertainty
 from ..workload import Workload
-from .driver import SimDriver, SimResult
-from .profile import ServerProfile
-from .uncertainty import uncertainty
+from .execute import execute
+from .plan import RunPlan
+from .record import Outcome, Recorder
 
 
 class TwinExecutor:

@@ -22,34 +22,34 @@ round-robin by arrival (`simulator.scale.plan`):
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import heapq
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import InputError
-from ..live.runner import Progress
 from ..live.scrape import open_probe, scraping, server_summary
-from ..live.stopper import RunAborted, Stopper
-from ..live.target import emulator_note, make_client, open_target
+from ..live.target import make_client, open_target
 from ..metrics import histograms, results
 from ..metrics.records import CallRecord
 from ..metrics.summary import Summary
 from ..metrics.tally import RunTally
-from ..pipeline.execute import execute_async
-from ..pipeline.plan import RunPlan, measurement_window, plan_run
-from ..pipeline.record import Outcome, Recorder
 from ..redact import Redactor, mask_url
+from ..scale import connect, merge, parts, ray_module
+from ..scale import plan as shard_plan
+from ..scale.fleet import CPUS_PER_SHARD, Fleet, Member
+from ..scale.shard import ShardSpec, decode_itl
 from ..scenario import Scenario
 from ..task_run import DriverResult, driver_settings
 from ..workload import Workload
-from . import connect, merge, parts, plan, ray_module
-from .fleet import CPUS_PER_SHARD, Fleet, Member
-from .shard import ShardSpec, decode_itl
+from .execute import execute_async
+from .live import LiveOptions, Progress, describe_live
+from .plan import RunPlan, measurement_window, plan_run
+from .record import Outcome, Recorder
 
 
 
@@ -60,9 +60,9 @@ def shard_specs(scenario: Scenario, workload: Workload, target: Any, folder: Pat
 
     run = scenario.run
     token = parts.mark(folder)
-    pieces = plan.split(workload, count)
-    in_flight = plan.split_limit(run.max_in_flight, count)
-    connections = plan.split_limit(target.max_connections, count)
+    pieces = shard_plan.split(workload, count)
+    in_flight = shard_plan.split_limit(run.max_in_flight, count)
+    connections = shard_plan.split_limit(target.max_connections, count)
     specs = []
     for i, piece in enumerate(pieces):
         settings = {**driver_settings(run), "max_in_flight": in_flight[i]}
@@ -79,7 +79,7 @@ def _count(ray: Any, scenario: Scenario, workload: Workload, workers: Any) -> in
     """Shards for this run, checked against the cluster's CPUs and the run's limits (shards wait for
     CPUs other work holds, up to `READY_TIMEOUT`)."""
     cpus = ray.cluster_resources().get("CPU", 0.0)
-    count = plan.shard_count(workers, workload, cpus // CPUS_PER_SHARD)
+    count = shard_plan.shard_count(workers, workload, cpus // CPUS_PER_SHARD)
     for limit, name in ((scenario.run.max_in_flight, "run.max_in_flight"),
                         (scenario.target.max_connections if scenario.target else 0, "target.max_connections")):
         if limit and count > limit:
@@ -91,71 +91,50 @@ def _count(ray: Any, scenario: Scenario, workload: Workload, workers: Any) -> in
     return count
 
 
-class ShardedExecutor:
-    """Replays a plan over shards on Ray (see the module docstring), with the options of
-    `simulator.live.runner.LiveExecutor` and: `address` of the cluster (None: RAY_ADDRESS or a new local
-    one), `workers` overriding ``run.workers`` (a number, or 'auto'), `on_fleet` told of the started
-    shards (tests kill one)."""
+@dataclass
+class ShardedExecutor(LiveOptions):
+    """Replays a plan over shards on Ray (see the module docstring): `address` of the cluster (None:
+    RAY_ADDRESS or a new local one), `workers` overriding ``run.workers`` (a number, or 'auto'),
+    `on_fleet` told of the started shards (tests kill one)."""
 
-    def __init__(self, *, address: Optional[str] = None, workers: Any = None,
-                 on_progress: Optional[Callable[[Progress], None]] = None, handle_sigint: bool = True,
-                 preflight: bool = True, on_preflight: Optional[Callable[[dict[str, Any]], None]] = None,
-                 on_signal: Optional[Callable[[int], None]] = None,
-                 on_fleet: Optional[Callable[[Fleet], None]] = None) -> None:
-        self.address = address
-        self.workers = workers
-        self.on_progress = on_progress
-        self.handle_sigint = handle_sigint
-        self.preflight = preflight
-        self.on_preflight = on_preflight
-        self.on_signal = on_signal
-        self.on_fleet = on_fleet
+    address: Optional[str] = None
+    workers: Any = None
+    on_fleet: Optional[Callable[[Fleet], None]] = None
 
     async def replay(self, plan: RunPlan, recorder: Recorder) -> Outcome:
-        # One method over 40 lines: the emulator, the signal handling and the shards must all live
+        # One method over 30 lines: the emulator, the signal handling and the shards must all live
         # exactly as long as the replay, which nested blocks say most plainly.
         scenario, workload, folder = plan.scenario, plan.workload, plan.folder
         assert scenario is not None, "a sharded run replays a scenario"
         ray = ray_module()
         workers = self.workers if self.workers is not None else getattr(scenario.run, "workers", None)
         connected = connect(ray, self.address)
-        stopper = Stopper(self.on_signal)
-        if self.handle_sigint:  # after connecting: Ray's own handlers must not replace the run's
-            stopper.install()
         fleet: Optional[Fleet] = None
         try:
-            async with open_target(scenario) as target:
-                async with make_client(target, scenario.run) as client:
-                    checked = await client.preflight() if self.preflight else None
-                    if checked is not None and self.on_preflight is not None:
-                        self.on_preflight(checked)
-                    target = dataclasses.replace(target, model=client.model)
-                redact = Redactor(target.secrets())
-                probe, note = await open_probe(scenario, target.root, redact)
-                count = _count(ray, scenario, workload, workers)
-                recorder.describe(base_url=mask_url(target.base_url), **emulator_note(scenario),
-                                  **({"preflight": checked} if checked is not None else {}),
-                                  ray={"address": mask_url(self.address) if self.address else "local",
-                                       "shards": count})
-                stopper.folder_made = True
-                fleet = Fleet(ray, shard_specs(scenario, workload, target, folder, count))
-                stopper.driver = fleet
-                if stopper.signum is not None:
-                    fleet.stop()
-                await fleet.ready()
-                t0_wall = fleet.start()
-                if self.on_fleet is not None:
-                    self.on_fleet(fleet)
-                t0 = time.perf_counter() + (t0_wall - time.time())
-                async with scraping(probe, t0, folder) as sync_samples:
-                    await fleet.watch(functools.partial(_tick, fleet, len(workload.tasks), self.on_progress,
-                                                        sync_samples))
-        except asyncio.CancelledError:
-            if stopper.signum is None or stopper.folder_made:
-                raise
-            raise RunAborted(stopper.signum) from None
+            with self.stopping() as stopper:  # after connecting: Ray's own handlers must not replace the run's
+                async with open_target(scenario) as target:
+                    async with make_client(target, scenario.run) as client:
+                        checked = await self.check(client)
+                        target = dataclasses.replace(target, model=client.model)
+                    redact = Redactor(target.secrets())
+                    probe, note = await open_probe(scenario, target.root, redact)
+                    count = _count(ray, scenario, workload, workers)
+                    where = mask_url(self.address) if self.address else "local"
+                    describe_live(recorder, scenario, target, checked, ray={"address": where, "shards": count})
+                    stopper.folder_made = True
+                    fleet = Fleet(ray, shard_specs(scenario, workload, target, folder, count))
+                    stopper.driver = fleet
+                    if stopper.signum is not None:
+                        fleet.stop()
+                    await fleet.ready()
+                    t0_wall = fleet.start()
+                    if self.on_fleet is not None:
+                        self.on_fleet(fleet)
+                    t0 = time.perf_counter() + (t0_wall - time.time())
+                    async with scraping(probe, t0, folder) as sync_samples:
+                        await fleet.watch(functools.partial(_tick, fleet, len(workload.tasks), self.on_progress,
+                                                            sync_samples))
         finally:
-            stopper.remove()
             if fleet is not None:
                 fleet.kill()
             if connected:

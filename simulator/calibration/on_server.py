@@ -1,6 +1,6 @@
-"""The calibration sweep (`simulator.sim.calibrate`) measured on a live server: each point's burst of
-requests sent over HTTP, in shuffled rounds. The fit itself is the twin's (`simulator.sim.calibrate.fit`);
-this module only times the server, and says which points it could not measure (`usable_sweep`).
+"""The calibration sweep (`simulator.calibration.sweep`) measured on a live server: each point's burst of
+requests sent over HTTP, in shuffled rounds. This module only times the server; what it could not
+measure is sorted out by `simulator.calibration.usable`, and the fit is `simulator.calibration.fit`.
 
 A measurement that cannot be taken (a call of it failed, or an answer had no first token to time) is
 missed, with the reason, and the sweep goes on: a point keeps the rounds that measured it, a point
@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ..behaviour import CallRequest
 from ..errors import InputError
+from ..live.client import Client, Target
+from ..live.prompts import stable_id
 from ..metrics.records import CallRecord
 from ..redact import mask_url
-from ..sim.calibrate import DRIFT_WARNING, FIT_TERMS, SweepPoint, cached_prompts, loaded_stream, probe_offsets
 from ..sim.profile import SchedulerSettings
 from ..workload import Call
-from .client import Client, Target
-from .prompts import stable_id
+from .sweep import SweepPoint, cached_prompts, loaded_stream, probe_offsets
 
 
 async def measure_sweep(
@@ -76,108 +74,6 @@ async def measure_sweep(
             if on_round is not None:
                 on_round(attempt + 1)
     return samples
-
-
-@dataclass(frozen=True)
-class UsableSweep:
-    """What a live sweep gives the fit: the points measured in at least one round, each one's value (its
-    measured rounds reduced), and the points no round measured, left out, with why."""
-
-    points: list[SweepPoint]
-    values: list[float]
-    skipped: list[tuple[SweepPoint, str]]
-    """(point, why its measurements were missed: each distinct reason once)."""
-    designed: int
-    """Points of the sweep as designed."""
-
-    def skipped_text(self) -> str:
-        """The skipped points, one line each, under a line that counts them ('' when none was skipped)."""
-        if not self.skipped:
-            return ""
-        lines = [f"skipped {len(self.skipped)} of {self.designed} points, measured in no round (left out of the fit):"]
-        lines += [f"  {point.label()}: {why}" for point, why in self.skipped]
-        return "\n".join(lines)
-
-
-def usable_sweep(points: Sequence[SweepPoint], samples: Sequence[Sequence[Optional[float]]],
-                 missed: Optional[dict[int, list[str]]] = None,
-                 reduce: Callable[[list[float]], float] = statistics.median,
-                 server: Optional[str] = None) -> UsableSweep:
-    """The sweep's points with a measurement, each one's measured rounds reduced by `reduce`, and the
-    points without any, with the reasons `missed` holds for them (by point index). InputError (naming
-    the `server` measured) when too little is left to fit: fewer points than the fit has terms (or
-    than the sweep had, if fewer), or no point but loaded ones (`simulator.sim.calibrate.fit` needs
-    others)."""
-    missed = missed or {}
-    kept: list[SweepPoint] = []
-    values: list[float] = []
-    skipped: list[tuple[SweepPoint, str]] = []
-    for index, (point, measured) in enumerate(zip(points, samples)):
-        taken = [v for v in measured if v is not None]
-        if taken:
-            kept.append(point)
-            values.append(float(reduce(taken)))
-        else:
-            reasons = list(dict.fromkeys(missed.get(index, []))) or ["no measurement"]
-            skipped.append((point, "; ".join(reasons)))
-    usable = UsableSweep(kept, values, skipped, len(points))
-    needed = min(len(FIT_TERMS), len(points))
-    if len(kept) < needed or all(p.kind == "loaded" for p in kept):
-        why = ("only loaded points were measured, and the fit needs others" if kept and len(kept) >= needed
-               else f"{len(kept)} of {len(points)} points were measured and the fit needs at least {needed}")
-        listed = usable.skipped_text()
-        raise InputError(f"the calibration has too little left to fit: {why}" + (f"\n{listed}" if listed else ""),
-                         file=server)
-    return usable
-
-
-def round_speeds(samples: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
-    """Each round's time relative to the points' medians (the median over points of a round's
-    measurement over its point's median, missed measurements left out): 1.0 everywhere when the server
-    kept its speed, a trend when it drifted over the sweep (other work on its CPUs, a shared host's
-    neighbours); None for a round that measured nothing."""
-    rounds = max((len(s) for s in samples), default=0)
-    ratios = np.full((len(samples), rounds), np.nan)
-    for row, measured in zip(ratios, samples):
-        values = np.array([np.nan if v is None else v for v in measured], dtype=float)
-        if np.isfinite(values).any():
-            row[:len(values)] = values / np.nanmedian(values)
-    speeds = []
-    for column in ratios.T:
-        taken = column[np.isfinite(column)]
-        speeds.append(float(np.median(taken)) if taken.size else None)
-    return speeds
-
-
-def rounds_text(speeds: Sequence[Optional[float]], trend: Optional[float]) -> str:
-    """The rounds' relative times and their trend in one line, as `calibrate` prints them."""
-    return ("rounds' times over the points' medians: " + "  ".join("n/a" if v is None else f"{v:.3f}" for v in speeds)
-            + f" (trend {trend_text(trend)})")
-
-
-def trend_text(trend: Optional[float]) -> str:
-    """A `speed_trend` as text ('n/a' without one)."""
-    return "n/a" if trend is None else f"{trend:+.1%}"
-
-
-def drift_warning(trend: Optional[float]) -> Optional[str]:
-    """What a trend past DRIFT_WARNING means (None within it, or without a trend)."""
-    if trend is None or abs(trend) <= DRIFT_WARNING:
-        return None
-    return (f"the server's speed drifted {trend:+.1%} over the sweep (other work on its CPUs, a shared "
-            "host's neighbours): each point's median mixes speeds, and terms that few points tell apart "
-            "can move by more")
-
-
-def speed_trend(speeds: Sequence[Optional[float]]) -> Optional[float]:
-    """The change of the rounds' times from the first round to the last along their least-squares line
-    (−0.08: the server ran 8% faster by the end), over the rounds that measured something; None with
-    fewer than 3 of them, too few for a trend."""
-    rounds = [k for k, v in enumerate(speeds) if v is not None]
-    if len(rounds) < 3:
-        return None
-    slope, intercept = np.polyfit(rounds, [speeds[k] for k in rounds], 1)
-    return float(slope * (len(speeds) - 1) / intercept)
 
 
 FRESH_SPREAD = 16

@@ -66,9 +66,8 @@ def scenario_run_length(scenario: Scenario, workload: Workload) -> RunLength:
     if scenario.target is not None:
         return run_length(workload, scenario.run)
     from ..emulator.call_time import unloaded_call_time
-    from ..emulator.settings import from_values
 
-    return run_length(workload, scenario.run, unloaded_call_time(from_values(scenario.emulator)))
+    return run_length(workload, scenario.run, unloaded_call_time(scenario.emulator))
 
 
 def _task_floor(task: Any, start: float, call_time: Callable[[Any], float]) -> tuple[float, float]:

@@ -11,27 +11,28 @@ records into server_tasks.jsonl and adds the ``server`` section to the summary. 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..gcpause import gc_frozen
+from ..live.ahead import get_ready
+from ..live.driver import Driver
+from ..live.probes import MetricsProbe
+from ..live.scrape import open_probe, scraping, server_summary
+from ..live.stopper import RunAborted, Stopper
+from ..live.target import emulator_note, make_client, open_target
 from ..metrics.results import LiveCounters, ResultWriter
 from ..metrics.summary import Summary
-from ..pipeline.execute import execute_async
-from ..pipeline.plan import RunPlan, plan_run
-from ..pipeline.record import Outcome, Recorder
 from ..redact import Redactor, mask_url
 from ..scenario import Scenario
 from ..task_run import DriverResult
 from ..workload import Workload
-from .ahead import get_ready
-from .driver import Driver
-from .probes import MetricsProbe
-from .scrape import open_probe, scraping, server_summary
-from .stopper import RunAborted, Stopper
-from .target import emulator_note, make_client, open_target
+from .execute import execute_async
+from .plan import RunPlan, plan_run
+from .record import Outcome, Recorder
 
 TICK = 0.5
 
@@ -47,56 +48,76 @@ class Progress:
     counters: LiveCounters
 
 
-class LiveExecutor:
-    """Replays a plan live from this process: the target opened (the built-in emulator started when
-    the scenario has none) and checked, run.json written, the workload driven through one client while
-    the target's /metrics are scraped.
+@dataclass
+class LiveOptions:
+    """What a live run (in this process or over shards) is told and tells. With `preflight`, the target
+    is checked before anything is written: its model list and one tiny call (`client.PreflightError`;
+    `on_preflight` gets what it found). With `handle_sigint`, SIGINT, SIGTERM and SIGHUP stop the run
+    cleanly (`on_signal` is told which came); one before the arrivals start raises `RunAborted`, and no
+    folder is made. `on_progress` gets a `Progress` every half second."""
 
-    Nothing is written before the target passed its checks: its settings (`InputError`), and with
-    `preflight` the model list and one tiny call (`client.PreflightError`; `on_preflight` gets what it
-    found). With `handle_sigint`, SIGINT, SIGTERM and SIGHUP stop the run cleanly (`on_signal` is told
-    which came); one before the arrivals start raises `RunAborted`, and no folder is made. `on_driver`
-    gets the driver as it starts; `on_progress` a `Progress` every half second."""
+    on_progress: Optional[Callable[[Progress], None]] = None
+    handle_sigint: bool = True
+    preflight: bool = True
+    on_preflight: Optional[Callable[[dict[str, Any]], None]] = None
+    on_signal: Optional[Callable[[int], None]] = None
 
-    def __init__(self, *, on_progress: Optional[Callable[[Progress], None]] = None, handle_sigint: bool = True,
-                 on_driver: Optional[Callable[[Driver], None]] = None, preflight: bool = True,
-                 on_preflight: Optional[Callable[[dict[str, Any]], None]] = None,
-                 on_signal: Optional[Callable[[int], None]] = None) -> None:
-        self.on_progress = on_progress
-        self.handle_sigint = handle_sigint
-        self.on_driver = on_driver
-        self.preflight = preflight
-        self.on_preflight = on_preflight
-        self.on_signal = on_signal
-
-    async def replay(self, plan: RunPlan, recorder: Recorder) -> Outcome:
-        scenario = plan.scenario
-        assert scenario is not None, "a live run replays a scenario"
+    @contextlib.contextmanager
+    def stopping(self) -> Iterator[Stopper]:
+        """The run's `Stopper` for the block: installed with `handle_sigint`, removed after; a signal
+        that came before the result folder was made ends the block with `RunAborted`."""
         stopper = Stopper(self.on_signal)
         if self.handle_sigint:
             stopper.install()
         try:
-            async with open_target(scenario) as target:
-                async with make_client(target, scenario.run) as client:
-                    checked = await client.preflight() if self.preflight else None
-                    if checked is not None and self.on_preflight is not None:
-                        self.on_preflight(checked)
-                    redact = Redactor(target.secrets())
-                    probe, note = await open_probe(scenario, target.root, redact)
-                    recorder.describe(base_url=mask_url(target.base_url), **emulator_note(scenario),
-                                      **({"preflight": checked} if checked is not None else {}))
-                    stopper.folder_made = True
-                    with recorder.writer() as writer:
-                        result = await _replay(plan.workload, client, writer, probe, stopper, plan.driver,
-                                               on_progress=self.on_progress, on_driver=self.on_driver)
-                        writer.close()
-                        itl = writer.itl
+            yield stopper
         except asyncio.CancelledError:
             if stopper.signum is None or stopper.folder_made:
                 raise
             raise RunAborted(stopper.signum) from None
         finally:
             stopper.remove()
+
+    async def check(self, client: Any) -> Optional[dict[str, Any]]:
+        """The preflight check of the target through `client` when asked for (what it found), else None."""
+        checked = await client.preflight() if self.preflight else None
+        if checked is not None and self.on_preflight is not None:
+            self.on_preflight(checked)
+        return checked
+
+
+def describe_live(recorder: Recorder, scenario: Scenario, target: Any, checked: Optional[dict[str, Any]],
+                  **more: Any) -> None:
+    """run.json of a live run: the target's URL (masked), the built-in emulator's timing when it ran,
+    the preflight's findings, and `more` (a sharded run's Ray)."""
+    recorder.describe(base_url=mask_url(target.base_url), **emulator_note(scenario),
+                      **({"preflight": checked} if checked is not None else {}), **more)
+
+
+@dataclass
+class LiveExecutor(LiveOptions):
+    """Replays a plan live from this process: the target opened (the built-in emulator started when
+    the scenario has none) and checked, run.json written, the workload driven through one client while
+    the target's /metrics are scraped. `on_driver` gets the driver as it starts."""
+
+    on_driver: Optional[Callable[[Driver], None]] = None
+
+    async def replay(self, plan: RunPlan, recorder: Recorder) -> Outcome:
+        scenario = plan.scenario
+        assert scenario is not None, "a live run replays a scenario"
+        with self.stopping() as stopper:
+            async with open_target(scenario) as target:
+                async with make_client(target, scenario.run) as client:
+                    checked = await self.check(client)
+                    redact = Redactor(target.secrets())
+                    probe, note = await open_probe(scenario, target.root, redact)
+                    describe_live(recorder, scenario, target, checked)
+                    stopper.folder_made = True
+                    with recorder.writer() as writer:
+                        result = await _replay(plan.workload, client, writer, probe, stopper, plan.driver,
+                                               on_progress=self.on_progress, on_driver=self.on_driver)
+                        writer.close()
+                        itl = writer.itl
         server = server_summary(plan.folder, probe, note, recorder.server, scenario.run.scrape_interval, redact)
         return Outcome(result, itl, server)
 
