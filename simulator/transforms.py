@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import InputError
 from .hash_ids import ID_LIMIT, HashIds, common_prefix
-from .workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
+from .workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, Task, Workload
 
 MAX_OVERLAY_TASKS = 10_000_000
 """Most tasks an overlay rate scale may lay out (copies × tasks): beyond, memory runs out first."""
