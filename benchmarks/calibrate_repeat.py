@@ -114,11 +114,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.runs < 1 or args.fresh_every < 1 or args.repeat < 1:
         parser.error("--runs, --fresh-every and --repeat must be at least 1")
 
-    from simulator.live.vllm import VLLMServer, build_tiny_model
+    from simulator.live.vllm import VLLMServer
+    from tiny_vllm import ensure_model
 
-    model = Path(args.model_dir)
-    if not (model / "config.json").exists():
-        print(build_tiny_model(model), file=sys.stderr)
+    model = ensure_model(Path(args.model_dir))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     sweep = "short sweep " + " ".join(SHORT_SWEEP) if args.short else "full sweep"

@@ -41,9 +41,10 @@ from types import SimpleNamespace
 import numpy as np
 import simpy
 
-from simulator.live.vllm import VLLMServer, build_tiny_model
+from simulator.live.vllm import VLLMServer
 from simulator.sim.make_twin import make_twin
 from simulator.sim.profile import load_profile
+from tiny_vllm import ensure_model
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = Path(__file__).resolve().parent / "engine_step_hook"
@@ -173,9 +174,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.output) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
-    model_dir = Path(args.model_dir)
-    if not (model_dir / "config.json").exists():
-        print(build_tiny_model(model_dir), file=sys.stderr)
+    model_dir = ensure_model(Path(args.model_dir))
     log = out / "steps"
     path = os.pathsep.join(p for p in (str(HOOK), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": path, "AGENTLOAD_STEP_LOG": str(log)}

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import yaml
 
@@ -45,6 +45,7 @@ from simulator import scenario as sc
 from simulator.live.run_length import scenario_run_length
 from simulator.metrics import results
 from simulator.workload import describe_seconds
+from tiny_vllm import served
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTLOAD = [sys.executable, "-m", "simulator"]
@@ -83,23 +84,9 @@ def agentload(*args: str) -> float:
     return time.perf_counter() - start
 
 
-@contextlib.contextmanager
-def vllm_server(args: argparse.Namespace) -> Iterator[Optional[str]]:
+def vllm_server(args: argparse.Namespace) -> contextlib.AbstractContextManager[Optional[str]]:
     """The real server's URL: `--target`, one started here, or None (`--no-server`)."""
-    if args.no_server:
-        yield None
-        return
-    if args.target:
-        yield args.target.rstrip("/")
-        return
-    from simulator.live.vllm import VLLMServer, build_tiny_model
-
-    model = Path(args.model_dir)
-    if not (model / "config.json").exists():
-        print(build_tiny_model(model), file=sys.stderr)
-    with VLLMServer(model) as server:
-        print(f"vLLM up at {server.base_url} after {server.startup_seconds:.1f} s", flush=True)
-        yield server.base_url
+    return contextlib.nullcontext(None) if args.no_server else served(args.target, Path(args.model_dir))
 
 
 def measure(path: Path, scenario, estimate: float, url: Optional[str], args: argparse.Namespace,

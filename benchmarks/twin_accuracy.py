@@ -55,6 +55,7 @@ from simulator.metrics.summary import load_summary
 from simulator.calibration.on_twin import measure_on_twin
 from simulator.calibration.sweep import SweepPoint
 from simulator.sim.profile import load_profile
+from tiny_vllm import served
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTLOAD = [sys.executable, "-m", "simulator"]
@@ -168,20 +169,9 @@ def report(out: Path, scenarios: list[str], profile: str) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def server(args: argparse.Namespace):
+def server(args: argparse.Namespace) -> contextlib.AbstractContextManager[str]:
     """The target URL: the one given, or a tiny-model vLLM server started for the benchmark."""
-    if args.target:
-        yield args.target.rstrip("/")
-        return
-    from simulator.live.vllm import VLLMServer, build_tiny_model
-
-    model = Path(args.model_dir)
-    if not (model / "config.json").exists():
-        print(build_tiny_model(model), file=sys.stderr)
-    with VLLMServer(model) as srv:
-        print(f"vLLM up at {srv.base_url} after {srv.startup_seconds:.1f} s (log {srv.log_path})", flush=True)
-        yield srv.base_url
+    return served(args.target, Path(args.model_dir))
 
 
 PROBE_STREAMS = (0, 16, 48, 96)
