@@ -26,6 +26,14 @@ pooled within 6% of it; claude-code-high's TTFT p95 18% below to 25% above, thre
     .venv/bin/python benchmarks/twin_accuracy.py --target http://127.0.0.1:8000 --profile tiny-vllm-cpu
     .venv/bin/python benchmarks/twin_accuracy.py --report results/twin-accuracy/DATE   # re-print a table
     .venv/bin/python benchmarks/twin_accuracy.py --probe --repeat 2      # short calls under decode load
+    .venv/bin/python benchmarks/twin_accuracy.py --unseen 6 --shape-seed 7 --repeat 2   # shapes nobody tuned on
+
+`--unseen N` draws N scenarios from the families of `unseen_shapes.py` (Claude Code sessions recorded and
+generated, Azure single calls at recorded times and in gamma bursts, Mooncake sessions over shared
+prefixes, TraceLab sessions), their settings from `--shape-seed`: a new seed gives shapes no earlier check
+saw. Beside each figure the table says in how many real runs it fell inside the band the twin stated for
+the same seed (summary.json ``simulation.band``), and under the table: banded figures within their target
+bands, real runs inside the twin's band over all banded figures, and the band's half-width on task p50.
 
 `--probe` sends short calls (32 tokens) and long prefills (2,048) every 0.4 s while 0, 16, 48 or 96
 streams decode 600 tokens each, and sets their TTFT and the streams' ITL beside the twin's for the
@@ -56,6 +64,7 @@ from simulator.calibration.on_twin import measure_on_twin
 from simulator.calibration.sweep import SweepPoint
 from simulator.sim.profile import load_profile
 from tiny_vllm import served
+from unseen_shapes import write_shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTLOAD = [sys.executable, "-m", "simulator"]
@@ -162,11 +171,61 @@ def report(out: Path, scenarios: list[str], profile: str) -> list[dict]:
             twin = pooled(twin_dirs, path, histogram, unit)
             ratio = twin / real if real else float("nan")
             verdict = "" if band is None else ("ok" if abs(ratio - 1) <= band else "MISS") + f" ±{band:.0%}"
+            inside = twin_band_hits(real_dirs, twin_dirs, path)
+            bands = twin_bands(twin_dirs, path)
+            pooled_band = None if bands is None else (statistics.mean(b["low"] for b in bands),
+                                                      statistics.mean(b["high"] for b in bands))
+            pooled_inside = None if pooled_band is None else pooled_band[0] <= real <= pooled_band[1]
+            stated = "" if inside is None else (f"  in the twin's band: {sum(inside)} of {len(inside)} runs, "
+                                                f"pooled {'yes' if pooled_inside else 'no'}")
             print(f"{name:26s} {label:20s} {twin:10.3f} {real:14.3f} {min(per_run):9.3f}–{max(per_run):9.3f} "
-                  f"{ratio:9.3f}  {verdict}")
+                  f"{ratio:9.3f}  {verdict}{stated}")
             rows.append({"scenario": name, "figure": label, "twin": twin, "real": real, "real_runs": per_run,
-                         "ratio": ratio, "band": band})
+                         "ratio": ratio, "band": band, "in_twin_band": inside, "twin_band": bands,
+                         "pooled_in_twin_band": pooled_inside})
+    summarize_bands(rows)
     return rows
+
+
+def twin_bands(twin_dirs: list[Path], path: tuple[str, ...]) -> Optional[list[dict]]:
+    """Each twin run's band on the figure at `path` (summary.json ``simulation.band``), None without one."""
+    key = ".".join(path)
+    bands = []
+    for folder in twin_dirs:
+        band = ((load_summary(folder).to_dict().get("simulation") or {}).get("band") or {}).get("figures", {}).get(key)
+        if band is None:
+            return None
+        bands.append(band)
+    return bands
+
+
+def twin_band_hits(real_dirs: list[Path], twin_dirs: list[Path], path: tuple[str, ...]) -> Optional[list[bool]]:
+    """For each real run, whether its figure lies inside the band the twin stated for the same seed
+    (None: the twin stated no band on it)."""
+    bands = twin_bands(twin_dirs, path)
+    if bands is None or len(bands) != len(real_dirs):
+        return None
+    return [band["low"] <= figure(load_summary(real), path) <= band["high"] for real, band in zip(real_dirs, bands)]
+
+
+def summarize_bands(rows: list[dict]) -> None:
+    """Print how often the real figure fell in the twin's band, over the banded figures, and the band's
+    half-width on task p50 (the mean of its distances below and above the nominal value, relative)."""
+    hits = [hit for row in rows if row["band"] is not None and row["in_twin_band"] for hit in row["in_twin_band"]]
+    inside = [row for row in rows if row["band"] is not None]
+    print(f"\nbanded figures within their target bands (pooled): {sum(abs(r['ratio'] - 1) <= r['band'] for r in inside)} "
+          f"of {len(inside)}")
+    if hits:
+        pooled = [row["pooled_in_twin_band"] for row in rows if row["band"] is not None and row["in_twin_band"]]
+        print(f"real runs inside the twin's stated band (banded figures): {sum(hits)} of {len(hits)} "
+              f"({sum(hits) / len(hits):.0%}); the runs pooled, inside the mean of their bands: "
+              f"{sum(pooled)} of {len(pooled)} ({sum(pooled) / len(pooled):.0%})")
+        widths = [max(b["value"] - b["low"], b["high"] - b["value"]) / b["value"]
+                  for row in rows if row["figure"] == "task p50 s" and row["twin_band"]
+                  for b in row["twin_band"] if b["value"]]
+        if widths:
+            print(f"twin's band on task p50: widest side {min(widths):.0%} to {max(widths):.0%} of the value "
+                  f"(median {statistics.median(widths):.0%})")
 
 
 def server(args: argparse.Namespace) -> contextlib.AbstractContextManager[str]:
@@ -277,6 +336,9 @@ def main() -> int:
     parser.add_argument("--statistic", default="median", choices=("min", "median"),
                         help="reduction of the calibration repeats")
     parser.add_argument("--scenario", action="append", help="scenario file(s) (default: scenarios/accuracy/*.yaml)")
+    parser.add_argument("--unseen", type=int, metavar="N",
+                        help="instead of --scenario: N shapes drawn by benchmarks/unseen_shapes.py from --shape-seed")
+    parser.add_argument("--shape-seed", type=int, help="seed of the drawn shapes (--unseen; default: from the clock)")
     parser.add_argument("--repeat", type=int, default=5, help="real runs per scenario")
     parser.add_argument("--seed", type=int, help="seed of the first run (default: from the clock)")
     parser.add_argument("--output", default=str(ROOT / "results" / "twin-accuracy"), help="result folder")
@@ -298,8 +360,13 @@ def main() -> int:
 
     out = Path(args.output) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    scenarios = [Path(s) for s in args.scenario] if args.scenario else SCENARIOS
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    if args.unseen:
+        shape_seed = args.shape_seed if args.shape_seed is not None else seed
+        scenarios = write_shapes(out / "shapes", shape_seed, args.unseen)
+        print(f"{args.unseen} shapes drawn with --shape-seed {shape_seed} into {out / 'shapes'}")
+    else:
+        scenarios = [Path(s) for s in args.scenario] if args.scenario else SCENARIOS
     print(f"results in {out}; first seed {seed}; load average {load_average()}", flush=True)
 
     with server(args) as url:

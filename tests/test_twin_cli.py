@@ -49,8 +49,10 @@ def test_simulate_states_the_profiles_calibration_error_and_unmeasured_parts(tmp
             keys = list(sim)
         assert list(sim) == keys  # the same section whatever the profile
         if preset == "tiny-vllm-cpu":  # fitted: its sweep error, nothing unmeasured
-            assert sim["calibration_rms_error"] == 0.08 and sim["calibration_points"] == 41
-            assert sim["uncalibrated"] == [] and "8.0% rms" in sim["uncertainty"]
+            record = load_profile(preset).calibration
+            assert sim["calibration_rms_error"] == record.rms_relative_error
+            assert sim["calibration_points"] == record.points == 55
+            assert sim["uncalibrated"] == [] and f"{record.rms_relative_error:.1%} rms" in sim["uncertainty"]
         else:  # chosen from published figures: says which terms no measurement backs
             assert sim["calibration_rms_error"] is None and sim["uncertainty"].startswith("uncalibrated")
             assert any("per_decode_seq" in part for part in sim["uncalibrated"])

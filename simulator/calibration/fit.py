@@ -155,6 +155,7 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
     stderr = np.zeros(len(terms))
     free = values > 0
     dof = len(y) - int(free.sum())
+    covariance: dict[str, dict[str, float]] = {}
     if dof > 0 and free.any():
         sigma2 = float(residual @ residual) / dof
         sub = jacobian[:, free]
@@ -165,11 +166,14 @@ def fit(points: Sequence[SweepPoint], measured: Sequence[float], profile: Server
         scaled = sub / norms
         cov = sigma2 * np.linalg.pinv(scaled.T @ scaled) / np.outer(norms, norms)
         stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
+        names = [t for t, f in zip(terms, free) if f]
+        covariance = {a: {b: float(cov[i, j]) for j, b in enumerate(names)} for i, a in enumerate(names)}
     coefficients = {t: coefficients[t] for t in terms}
     record = CalibrationRecord(
         rms_relative_error=float(np.sqrt(np.mean(residual ** 2))), points=len(y),
         worst_relative_error=float(np.max(np.abs(residual))),
-        terms={t: float(e / v) if v > 0 else 0.0 for t, v, e in zip(terms, values, stderr)})
+        terms={t: float(e / v) if v > 0 else 0.0 for t, v, e in zip(terms, values, stderr)},
+        covariance=covariance, residuals=[round(float(r), 4) for r in residual])
     return FitResult(coefficients, {t: float(e) for t, e in zip(terms, stderr)}, tuple(points),
                      tuple(float(v) for v in y), tuple(float(v) for v in predicted),
                      with_coefficients(profile, coefficients).model_copy(update={"calibration": record}))

@@ -15,6 +15,7 @@ from .drift import round_speeds, rounds_text, speed_trend
 from .fit import FitResult, fit
 from .on_server import measure_sweep
 from .on_twin import measure_on_twin
+from .region import region_of
 from .report import fit_report
 from .sweep import SweepPoint
 from .usable import UsableSweep, usable_sweep
@@ -84,10 +85,12 @@ class Calibration:
 
     @property
     def profile(self) -> ServerProfile:
-        """The base profile with the fitted coefficients, its fit's record and the sweep's drift."""
+        """The base profile with the fitted coefficients, its fit's record, the sweep's drift and the
+        region of call shapes its measured points cover."""
         profile = self.result.profile
+        region = region_of(self.measured.usable.points, profile.kv_cache.block_size)
         return profile.model_copy(update={"calibration": profile.calibration.model_copy(
-            update={"drift": self.measured.trend})})
+            update={"drift": self.measured.trend, "region": region})})
 
     def report_text(self) -> str:
         """The fit's report, then the points the sweep skipped (if any)."""

@@ -17,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ITL and end to end, per-task completion time and its breakdown, per task class, cache hits and "
         "errors, how the judged tasks ended; a folder with partial results (a run stopped by its drain limit "
         "or a signal, or rebuilt after a crash) is marked PARTIAL; ratios more than 10% from 1 are "
-        "highlighted as worth a look, not as better or worse; and a warning when the folders did not replay "
-        "the same workload, run settings or SLO.",
+        "highlighted as worth a look, not as better or worse; a simulation's band (the range of its draws from "
+        "the calibration's fit) in brackets beside its figures, and a ratio marked ~ where the two figures are "
+        "within the band; and a warning when the folders did not replay the same workload, run settings or SLO.",
     )
     parser.add_argument("a", metavar="A", help="reference result folder (e.g. the real run)")
     parser.add_argument("others", nargs="+", metavar="B", help="result folder(s) compared with A (e.g. its simulation)")

@@ -11,6 +11,10 @@ from ._options import SIMULATE_EXIT_CODES, add_verdict_options
 from ._quick import add_scenario_options, load_scenario, save_if_asked
 from .report import add_output_options, write_outputs
 
+DEFAULT_DRAWS = 8
+"""`simulator.sim.band.DEFAULT_DRAWS`, here without importing the twin at every start of the command line
+(tests/test_band.py holds the two equal)."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -32,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--approx-itl", action="store_true",
                         help="build the ITL histogram from each call's ITL mean (faster on big runs) "
                         "instead of every gap")
+    parser.add_argument("--band-draws", type=_draws, default=DEFAULT_DRAWS, metavar="N",
+                        help="simulations on profiles drawn from the calibration's fit beside the nominal one, "
+                        "whose range is the band printed and saved with the task-level figures (default "
+                        f"{DEFAULT_DRAWS}: 1 + {DEFAULT_DRAWS} simulations in all; 0: no band; an uncalibrated "
+                        "profile has none)")
     add_verdict_options(parser)
     add_output_options(parser, "RESULT_DIR/report.html")
     parser.set_defaults(func=simulate_command)
@@ -44,6 +53,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     profiles.set_defaults(func=profiles_command)
 
 
+def _draws(text: str) -> int:
+    """--band-draws: a count, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def simulate_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -51,7 +71,8 @@ def simulate_command(args: argparse.Namespace) -> int:
     from ..metrics.verdict import verdict
     from ..pipeline.execute import execute
     from ..pipeline.plan import plan_run, result_folder
-    from ..report.terminal import print_summary
+    from ..report.coverage import coverage_lines
+    from ..report.terminal import band_lines, print_summary
     from ..sim.profile import load_profile
     from ..pipeline.twin import TwinExecutor
 
@@ -66,12 +87,16 @@ def simulate_command(args: argparse.Namespace) -> int:
     console.print(f"agentload: {scenario.display_name()}: {tasks} tasks, {calls} calls, {subtasks} sub-agents; "
                   f"simulated on profile {profile.name}"
                   f"{'' if profile.calibrated else ' (uncalibrated)'}; results: {folder}")
-    summary, _ = execute(plan, TwinExecutor(profile, keep_gaps=not args.approx_itl))
+    summary, _ = execute(plan, TwinExecutor(profile, keep_gaps=not args.approx_itl, band_draws=args.band_draws))
     print_summary(summary)
     sim = summary.simulation
     console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "
                   f"{sim.steps} engine steps, {sim.preemptions} preemptions")
     console.print(f"profile {profile.name}: {sim.uncertainty}", highlight=False)
+    for line in coverage_lines(sim):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in band_lines(sim.band) if args.band_draws else ["no band: switched off (--band-draws 0)"]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     write_outputs(args, [Path(folder)])
     result = verdict(summary, max_failed_share=args.max_failed_share, fail_on_slo=args.fail_on_slo)
     if result.reason:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Self
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Self
 
 from hdrh.histogram import HdrHistogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
@@ -210,6 +210,105 @@ class SloFigures(Figures):
     """Calls per second meeting every per-call bound."""
 
 
+class BandedFigure(NamedTuple):
+    """A figure of the summary that a simulation gives with its band: its path in summary.json, how a
+    line or a table names it, and its unit."""
+
+    path: tuple[str, ...]
+    label: str
+    unit: str
+
+    @property
+    def key(self) -> str:
+        """Its key in `SimulationBand.figures`: the path, dotted."""
+        return ".".join(self.path)
+
+
+BANDED_FIGURES = (
+    BandedFigure(("output_throughput",), "output tok/s", ""),
+    BandedFigure(("tasks", "completion_time_s", "p50"), "task p50", "s"),
+    BandedFigure(("tasks", "completion_time_s", "p95"), "task p95", "s"),
+    BandedFigure(("p50_ttft_ms",), "TTFT p50", "ms"),
+    BandedFigure(("p95_ttft_ms",), "TTFT p95", "ms"),
+    BandedFigure(("tasks", "goodput_per_hour"), "tasks/h within SLO", ""),
+)
+"""The figures a simulation gives with a band (`SimulationBand`), each as summary.json holds it (the
+goodput only with a task SLO)."""
+
+
+def banded_values(summary: Summary) -> dict[str, float]:
+    """The `BANDED_FIGURES` of `summary` that it holds, by key."""
+    data = summary.to_dict()
+    out = {}
+    for banded in BANDED_FIGURES:
+        value: Any = data
+        for key in banded.path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[banded.key] = float(value)
+    return out
+
+
+class BandRange(Figures):
+    """One figure with its band: the nominal simulation's value, and the lowest and the highest of it
+    over the nominal simulation and the drawn ones."""
+
+    value: float = 0.0
+    low: float = 0.0
+    high: float = 0.0
+
+
+class SimulationBand(Figures):
+    """The band on a simulation's figures (`simulator.sim.band`): the same plan simulated again on
+    profiles drawn from the calibration's fit; each figure's band is the range over the nominal run
+    and the draws. Without a band (`draws` 0), `note` says why."""
+
+    draws: int = 0
+    """Simulations on drawn profiles beside the nominal one (the band is the range of 1 + draws)."""
+    method: str = ""
+    """What was drawn, from what, in one line."""
+    figures: dict[str, BandRange] = {}
+    """By the figure's path in summary.json, dotted (`BANDED_FIGURES`)."""
+    note: Optional[str] = None
+    """Why there is no band (an uncalibrated profile)."""
+    wall_seconds: Optional[float] = None
+    """Wall time the draws took (the nominal simulation's is `SimulationStats.wall_seconds`)."""
+
+
+class RangeCoverage(Figures):
+    """One dimension of a calibrated region held against a simulation's calls (`Coverage`): the range
+    the calibration measured, the share of the calls below and above it, and the median and the
+    largest distance past the bound of those calls. The distance is by `measure`: a ``ratio`` (the
+    value over the high bound, the low bound over the value; a count of 0 taken as 1) or a
+    ``difference`` (the value minus the high bound, the low bound minus the value)."""
+
+    low: float = 0.0
+    high: float = 0.0
+    measure: str = "ratio"
+    calls: int = 0
+    """Calls whose value is known (a call's cached share needs its cached tokens reported)."""
+    below_share: float = 0.0
+    below_median: Optional[float] = None
+    below_max: Optional[float] = None
+    above_share: float = 0.0
+    above_median: Optional[float] = None
+    above_max: Optional[float] = None
+
+
+class Coverage(Figures):
+    """How a simulation's calls lie against the region of call shapes its profile's calibration measured
+    (`simulator.sim.profile.CalibratedRegion`, computed by `simulator.sim.coverage`): the calls counted
+    are those done in the measurement window; where the calls in the engine and the bursts are
+    concerned, every call of the run is counted as load."""
+
+    calls: int = 0
+    outside: float = 0.0
+    """Share of the calls outside the range of at least one dimension."""
+    dimensions: dict[str, RangeCoverage] = {}
+    """By the region's dimension (its field name: prompt_tokens, cached_share, running_calls,
+    burst_calls, output_tokens)."""
+
+
 class SimulationStats(Figures):
     """What the twin did in a simulated run (`agentload simulate`)."""
 
@@ -235,6 +334,11 @@ class SimulationStats(Figures):
     """What the prediction leans on without a measurement of the server behind it (empty: nothing)."""
     uncertainty: str = ""
     """The two above in one sentence, as `agentload simulate` prints it."""
+    coverage: Optional[Coverage] = None
+    """The calls against the region the profile's calibration measured (None: the profile is
+    uncalibrated, or its calibration recorded no region)."""
+    band: Optional[SimulationBand] = None
+    """The band on the task-level figures (None: none was asked for)."""
 
 
 class ErrorMessage(Figures):

@@ -58,8 +58,10 @@ def figure_paths(summaries: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, 
 
 def compare_many(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
     """One row per figure present in any summary: section, figure, path, higher_is_better, values (one
-    per summary, None when missing) and ratios to the first (None when either is missing or the first
-    is 0; the first's own ratio is None)."""
+    per summary, None when missing), ratios to the first (None when either is missing or the first
+    is 0; the first's own ratio is None), each summary's band of the figure (a simulation's
+    ``simulation.band``: {low, high}, None without one) and whether each folder's figure is within
+    the band of the first's (`within_band`; the first's own is None)."""
     data = [s.to_dict() for s in summaries]
     rows = []
     for section, figure, path, better in figure_paths(data):
@@ -68,9 +70,39 @@ def compare_many(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
             continue
         first = values[0]
         ratios = [None] + [v / first if first and v is not None else None for v in values[1:]]
+        bands = [band_of(s, path) for s in summaries]
+        within = [None] + [within_band(values[0], bands[0], v, b) for v, b in zip(values[1:], bands[1:])]
         rows.append({"section": section, "figure": figure, "path": list(path), "higher_is_better": better,
-                     "values": values, "ratios": ratios})
+                     "values": values, "ratios": ratios, "bands": bands, "within_band": within})
     return rows
+
+
+def band_of(summary: Summary, path: Sequence[str]) -> Optional[dict[str, float]]:
+    """{low, high} of the figure at `path` in a simulation's band (None: the summary has no band of it)."""
+    band = summary.simulation.band if summary.simulation is not None else None
+    figure = band.figures.get(".".join(path)) if band is not None else None
+    return None if figure is None else {"low": figure.low, "high": figure.high}
+
+
+def within_band(a: Optional[float], band_a: Optional[Mapping[str, float]], b: Optional[float],
+                band_b: Optional[Mapping[str, float]]) -> Optional[bool]:
+    """Whether two folders' figures lie within the twin's band: their ranges overlap, a folder without a
+    band counting as its value alone (a live run's figure inside a simulation's band). None when
+    neither has a band of the figure, or a value is missing."""
+    if (band_a is None and band_b is None) or a is None or b is None:
+        return None
+    low_a, high_a = (band_a["low"], band_a["high"]) if band_a is not None else (a, a)
+    low_b, high_b = (band_b["low"], band_b["high"]) if band_b is not None else (b, b)
+    return max(low_a, low_b) <= min(high_a, high_b)
+
+
+def band_legend() -> str:
+    """What a band beside a figure and the within-band mark mean, said under a comparison that has one."""
+    return ("A simulation's figure shows its band in brackets: the lowest and highest over the nominal simulation "
+            "and its draws from the calibration's fit (the range of 1 + K simulations, not a confidence "
+            f"interval). A ratio marked{BAND_MARK} is within the band: the two folders' ranges of the figure "
+            "overlap (a folder without a band counting as its value alone), a difference the twin's own "
+            "uncertainty could make.")
 
 
 def compare_summaries(a: Summary, b: Summary) -> list[dict[str, Any]]:
@@ -100,6 +132,14 @@ def ratio_legend(marked: str = "highlighted") -> str:
 
 RATIO_MARK = " *"
 """What follows a ratio past `DEVIATION` in the terminal (bold does not reach a CI log)."""
+BAND_MARK = " ~"
+"""What follows a ratio whose two figures are within the band (`within_band`), in every view."""
+
+
+def banded_number(value: Optional[float], band: Optional[Mapping[str, float]]) -> str:
+    """A folder's figure, its band after it in brackets where it has one: '2.41 [2.18–2.73]'."""
+    text = number(value)
+    return text if band is None else f"{text} [{number(band['low'])}–{number(band['high'])}]"
 
 
 def folder_titles(labels: Sequence[str], states: Sequence[Optional[str]]) -> list[str]:
@@ -116,14 +156,17 @@ def compare_table(rows: list[dict[str, Any]], labels: Sequence[str],
     from `partial.partial_state`)."""
     names = letters(len(labels))
     title = "   ".join(folder_titles(labels, states or [None] * len(labels)))
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=ratio_legend(f"marked{RATIO_MARK} (and bold)"), caption_justify="left")
+    banded = any(b is not None for row in rows for b in row.get("bands") or ())
+    caption = ratio_legend(f"marked{RATIO_MARK} (and bold)") + (" " + band_legend() if banded else "")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=caption, caption_justify="left")
     body = []
     for row in rows:
-        values = [number(v) for v in row["values"]]
-        ratios = [Text("-" + " " * len(RATIO_MARK)) if r is None else
-                  Text(ratio_text(r) + RATIO_MARK, style="bold") if deviates(r) else
-                  Text(ratio_text(r) + " " * len(RATIO_MARK)) for r in row["ratios"][1:]]
+        values = [banded_number(v, b) for v, b in zip(row["values"], row.get("bands") or [None] * len(row["values"]))]
+        marks = [(BAND_MARK if w else " " * len(BAND_MARK)) if banded else ""
+                 for w in (row.get("within_band") or [None] * len(row["values"]))[1:]]
+        ratios = [Text("-" + " " * len(RATIO_MARK) + m) if r is None else
+                  Text(ratio_text(r) + RATIO_MARK + m, style="bold") if deviates(r) else
+                  Text(ratio_text(r) + " " * len(RATIO_MARK) + m) for r, m in zip(row["ratios"][1:], marks)]
         body.append((row, values, ratios))
     # a section is a row of its own, so the figures get the width; numbers keep their whole width on a
     # narrow terminal (the figure names wrap instead)

@@ -4,13 +4,14 @@ workload and which hold partial results, every compared figure with its ratio to
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from . import run_figures, timeline
-from .cells import figure, ratio, started
-from .compare import (better, compare_many, folder_states, folder_titles, letters, partial_warnings, ratio_legend,
-                      workload_warnings)
+from .cells import figure, number, ratio, started
+from .compare import (BAND_MARK, band_legend, better, compare_many, folder_states, folder_titles, letters,
+                      partial_warnings, ratio_legend, workload_warnings)
 from .folder_data import RunData
 from .page import Cell, Report, Section, Table
 from .partial import partial_state
@@ -43,11 +44,25 @@ def figure_tables(runs: Sequence[RunData]) -> list[Table]:
         table = Table(section[0].upper() + section[1:], columns, text_columns=(len(columns) - 1,))
         for row in group:
             path = tuple(row["path"])
-            values: list[Any] = [figure(run.summary_json, path, folder=i) for i, run in enumerate(runs)]
-            ratios: list[Any] = [ratio(v, row["values"][0]) for v in row["values"][1:]]
+            values: list[Any] = [_banded(figure(run.summary_json, path, folder=i), band)
+                                 for i, (run, band) in enumerate(zip(runs, row["bands"]))]
+            ratios: list[Any] = [_within(ratio(v, row["values"][0]), within)
+                                 for v, within in zip(row["values"][1:], row["within_band"][1:])]
             table.rows.append([row["figure"], *values, *ratios, better(row["higher_is_better"])])
         tables.append(table)
     return tables
+
+
+def _banded(cell: Cell, band: Optional[dict[str, float]]) -> Cell:
+    """A folder's figure with its band after it, where it has one (`compare.banded_number`)."""
+    if band is None or cell.value is None:
+        return cell
+    return replace(cell, text=f"{cell.text} [{number(band['low'])}–{number(band['high'])}]")
+
+
+def _within(cell: Cell, within: Optional[bool]) -> Cell:
+    """A ratio marked where the two figures are within the band (`compare.within_band`)."""
+    return replace(cell, text=cell.text + BAND_MARK) if within else cell
 
 
 def build_compare_report(runs: Sequence[RunData]) -> Report:
@@ -63,6 +78,8 @@ def build_compare_report(runs: Sequence[RunData]) -> Report:
     overview.notes.append(f"Ratios are to {names[0]} ({labels[0]}).")
     figures = Section("Figures side by side", anchor="figures", tables=figure_tables(runs))
     figures.notes.append(ratio_legend())
+    if any(b is not None for row in compare_many([run.summary for run in runs]) for b in row["bands"]):
+        figures.notes.append(band_legend())
     tasks = Section("Tasks", anchor="tasks")
     tasks.charts += [c for c in (run_figures.task_cdfs(runs), run_figures.breakdown_chart(runs)) if c]
     calls = Section("Calls", anchor="calls")

@@ -87,13 +87,26 @@ def write_run(folder: Path, out: Path) -> list[Path]:
 
 
 def write_comparison(summaries: Sequence[Summary], labels: Sequence[str], out: Path) -> list[Path]:
-    """comparison.csv: each compared figure, every folder's value and the ratios to the first."""
+    """comparison.csv: each compared figure, every folder's value and the ratios to the first; where a
+    folder is a simulation with a band, each folder's band (low, high) and whether each other folder's
+    figure is within the band of the first's (`compare.within_band`)."""
     names = letters(len(labels))
+    compared = compare_many(summaries)
+    banded = any(b is not None for r in compared for b in r["bands"])
     header = ["section", "figure", "field", *(f"{n}: {label}" for n, label in zip(names, labels)),
               *(f"{n}/{names[0]}" for n in names[1:])]
-    rows = ([r["section"], r["figure"], ".".join(r["path"]), *r["values"], *r["ratios"][1:]]
-            for r in compare_many(summaries))
-    return [_write(Path(out) / "comparison.csv", header, rows)]
+    if banded:
+        header += [*(f"{n} band {end}" for n in names for end in ("low", "high")),
+                   *(f"{n} within band of {names[0]}" for n in names[1:])]
+
+    def row(r: Mapping[str, Any]) -> list[Any]:
+        cells = [r["section"], r["figure"], ".".join(r["path"]), *r["values"], *r["ratios"][1:]]
+        if banded:
+            cells += [None if b is None else b[end] for b in r["bands"] for end in ("low", "high")]
+            cells += r["within_band"][1:]
+        return cells
+
+    return [_write(Path(out) / "comparison.csv", header, (row(r) for r in compared))]
 
 
 def write_study(study: Study, out: Path) -> list[Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import run_figures, run_tables, timeline
+from . import coverage, run_figures, run_tables, timeline
 from .cells import number, started
 from .folder_data import RunData
 from .page import Report, Section, Table
@@ -23,6 +23,8 @@ def info_table(run: RunData) -> Table:
         if info.get(key):
             rows.append([label, str(info[key])])
     rows.append(["served by", run.target() or "-"])
+    if run.summary.simulation is not None:
+        rows.append([coverage.TITLE, ": ".join(coverage.coverage_parts(run.summary.simulation))])
     window = run.window
     rows.append(["measurement window", f"{number(window.start)} s to "
                  + (f"{number(window.end)} s" if window.end is not None else "the end") + " of the run"])
@@ -67,6 +69,9 @@ def build_run_report(run: RunData) -> Report:
                                "whose twin was not sampled): requests and KV-cache usage are not shown.")
     if summary.simulation is not None:
         over_time.tables.append(run_tables.simulation_table(run))
+        band = run_tables.band_table(run)
+        if band is not None:
+            tasks.tables.append(band)
     errors = Section("Errors", anchor="errors", tables=[t for t in (run_tables.errors_table(run),
                                                                      run_tables.messages_table(run)) if t])
     ran = Section("What ran", anchor="run", tables=[info_table(run), run_tables.accounting_table(run)])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from ..metrics.summary import TargetCheck
+from ..metrics.summary import BANDED_FIGURES, TargetCheck
 from .cells import figure, lookup, number
 from .folder_data import RunData
 from .page import Cell, KeyFigure, Table
@@ -36,14 +36,17 @@ def key_figures(run: RunData) -> list[KeyFigure]:
     judged = f"of {tasks.judged:,} judged" if tasks.judged is not None else ""
     # task times are of the completed tasks: said where some judged tasks did not complete
     of_completed = f"of the {tasks.completed:,} completed" if tasks.not_completed else ""
+    band = band_hint(run)
     out = [
         KeyFigure("tasks / hour", figure(s, ("tasks", "throughput_per_hour"))),
         KeyFigure("goodput: tasks / hour within the task SLO", figure(s, ("tasks", "goodput_per_hour")),
-                  "no task SLO" if tasks.goodput_per_hour is None else ""),
-        KeyFigure("task time p50", figure(s, ("tasks", "completion_time_s", "p50"), unit="s"), of_completed),
-        KeyFigure("task time p95", figure(s, ("tasks", "completion_time_s", "p95"), unit="s"), of_completed),
+                  "no task SLO" if tasks.goodput_per_hour is None else band(("tasks", "goodput_per_hour"))),
+        KeyFigure("task time p50", figure(s, ("tasks", "completion_time_s", "p50"), unit="s"),
+                  band(("tasks", "completion_time_s", "p50"), of_completed)),
+        KeyFigure("task time p95", figure(s, ("tasks", "completion_time_s", "p95"), unit="s"),
+                  band(("tasks", "completion_time_s", "p95"), of_completed)),
         KeyFigure("TTFT p99", figure(s, ("p99_ttft_ms",), unit="ms")),
-        KeyFigure("output tokens / s", figure(s, ("output_throughput",))),
+        KeyFigure("output tokens / s", figure(s, ("output_throughput",)), band(("output_throughput",))),
         KeyFigure("failed call attempts", figure(s, ("calls", "failed_attempts"),
                                                  tone="bad" if run.summary.calls.failed_attempts else "")),
         KeyFigure("tasks completed", figure(s, ("tasks", "completed")), judged),
@@ -55,6 +58,47 @@ def key_figures(run: RunData) -> list[KeyFigure]:
             continue  # only a killed run's rebuilt summary has them
         out.append(KeyFigure(label, figure(s, ("tasks", key), tone=_count_tone(value)), judged))
     return [k for k in out if k.cell.value is not None or k.hint]
+
+
+def band_hint(run: RunData) -> Callable[..., str]:
+    """A function giving a headline figure's hint: its band ('band 2.18–2.73'), after `other` hints,
+    where the run is a simulation with a band of that figure."""
+    sim = run.summary.simulation
+    band = sim.band if sim is not None else None
+
+    def hint(path: tuple[str, ...], other: str = "") -> str:
+        figure_band = band.figures.get(".".join(path)) if band is not None else None
+        if figure_band is None:
+            return other
+        text = f"band {number(figure_band.low)}–{number(figure_band.high)} (range of 1 + {band.draws} simulations)"
+        return f"{other}; {text}" if other else text
+
+    return hint
+
+
+def band_table(run: RunData) -> Optional[Table]:
+    """A simulation's band on its task-level figures: each figure, its band and how far each end lies
+    from it (None: a live run, or a simulation without a band section)."""
+    sim = run.summary.simulation
+    band = sim.band if sim is not None else None
+    if band is None:
+        return None
+    s = run.summary_json
+    table = Table("Band on the prediction", ("figure", "value", "band low", "band high", "low", "high"))
+    for banded in BANDED_FIGURES:
+        entry = band.figures.get(banded.key)
+        if entry is None:
+            continue
+        base = ("simulation", "band", "figures", banded.key)
+        unit = f" ({banded.unit})" if banded.unit else ""
+        table.rows.append([banded.label + unit, figure(s, (*base, "value")), figure(s, (*base, "low")),
+                           figure(s, (*base, "high")),
+                           f"{entry.low / entry.value - 1:+.1%}" if entry.value else "-",
+                           f"{entry.high / entry.value - 1:+.1%}" if entry.value else "-"])
+    table.note = (f"The band: {band.method}. It shows how far the prediction moves with the calibration's own "
+                  "uncertainty: a range of simulations, not a confidence interval." if band.figures
+                  else (band.note or "no band"))
+    return table
 
 
 def call_table(run: RunData) -> Table:

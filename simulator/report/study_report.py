@@ -10,7 +10,7 @@ from . import study_figures
 from .cells import figure, number
 from .page import Cell, KeyFigure, Report, Section, Table
 from ..study.model import OBJECTIVE_LABELS, OBJECTIVE_NAMES, Pair, Study
-from .study_terminal import BOUND_SIGNS, statistics_lines
+from .study_terminal import BOUND_SIGNS, band_lines, band_range, banded, statistics_lines
 
 GIB = 1024.0 ** 3
 VERDICT_WORDS = {"held": "held", "missed": "missed", "untestable": "held as a burst (rate not tested)"}
@@ -58,7 +58,8 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
     table = Table(f"Ranking by {OBJECTIVE_LABELS.get(study.objective, study.objective)}",
                   ("rank", "config", "objective" + (f" ({unit})" if unit else ""), "its CI",
                    "capacity (tasks/h)", "capacity CI", "goodput (tasks/h)", "p95 task (s)", "p95 TTFT (ms)",
-                   "$/task self-hosted", "$/task API", "quality", "twin rank"), numeric_from=2, text_columns=(11,))
+                   "$/task self-hosted", "$/task API", "quality", "twin rank",
+                   *(("twin band",) if banded(study) else ())), numeric_from=2, text_columns=(11,))
     order = sorted(range(len(study.configs)), key=lambda i: (study.configs[i].rank is None, study.configs[i].rank or 0, i))
     for i in order:
         c = study.configs[i]
@@ -72,6 +73,7 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
             figure(data, (*base, "task_p95_s")), figure(data, (*base, "ttft_p95_ms")),
             figure(data, (*base, "cost", "self_hosted_per_task")), figure(data, (*base, "cost", "api_per_task")),
             _quality(study, i), figure(data, (*base, "twin", "predicted_rank")),
+            *((_band(study, data, i),) if banded(study) else ()),
         ])
     confidence = f" at {100 * study.confidence:g}% confidence" if study.confidence else ""
     loads = {c.at_load for c in study.configs if c.at_load is not None}
@@ -84,17 +86,30 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
     return table
 
 
+def _band(study: Study, data: dict[str, Any], i: int) -> Cell:
+    """A twin config's band (`ConfigResult.twin_band`): '4.41 [3.48–5.11]', its points' own figure and the
+    band (`study_terminal.band_range`), pointing at that figure."""
+    value = figure(data, ("configs", i, "twin_band", "value"))
+    if value.value is None:
+        return Cell("-")
+    return Cell(band_range(study.configs[i].twin_band), value=value.value, source=value.source)
+
+
 def comparisons_table(study: Study, data: dict[str, Any]) -> Optional[Table]:
-    """Each pair of configs ranked next to each other: the difference, its interval and the verdict."""
+    """Each pair of configs ranked next to each other: the difference, its interval and the verdict; on
+    the twin, whether the two are within the twin's band."""
     if study.ranking is None or not study.ranking.comparisons:
         return None
     unit = study.ranking.unit or ""
+    band = any(c.band_verdict for c in study.ranking.comparisons)
     table = Table("Is the difference beyond noise?", ("better", "worse", f"difference{f' ({unit})' if unit else ''}",
-                                                      "its CI", "verdict"), numeric_from=2, text_columns=(4,))
+                                                      "its CI", "verdict", *(("the twin's band",) if band else ())),
+                  numeric_from=2, text_columns=(4, 5))
     for j, comp in enumerate(study.ranking.comparisons):
         tone = "" if comp.significant else "warn"
+        within = Cell(comp.band_verdict or "-", tone="warn" if comp.within_twin_band else "")
         table.rows.append([comp.better, comp.worse, figure(data, ("ranking", "comparisons", j, "difference")),
-                           _interval(comp.ci), Cell(comp.verdict or "", tone=tone)])
+                           _interval(comp.ci), Cell(comp.verdict or "", tone=tone), *((within,) if band else ())])
     return table
 
 
@@ -210,10 +225,12 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
                                                 figure(data, ("configs", i, "cost", "self_hosted_per_task"))))
     ranking = Section("Ranking", anchor="ranking", tables=[t for t in (
         ranking_table(study, data), comparisons_table(study, data), configs_table(study, data)) if t])
-    ranking.notes += [f"Note: {note}" for note in study.notes] + statistics_lines(study)
+    ranking.notes += [f"Note: {note}" for note in study.notes] + statistics_lines(study) + band_lines(study)
     twin = study.twin_prediction
     if twin is not None and twin.note:
         ranking.notes.append(f"Twin: {twin.note}")
+    if twin is not None:
+        ranking.notes += [f"Twin: {text}" for text in twin.within_band]
     load = Section("Load", anchor="load")
     load.charts += [c for c in (study_figures.goodput_chart(study), study_figures.task_time_chart(study)) if c]
     cost = Section("Cost", anchor="cost")

@@ -8,7 +8,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from ..study.model import MIN_REPEATS_FOR_CI, OBJECTIVE_LABELS, CapacityResult, ConfigResult, Pair, Study
+from ..study.model import MIN_REPEATS_FOR_CI, OBJECTIVE_LABELS, CapacityResult, ConfigResult, Pair, Study, TwinBand
 from .cells import number
 from .fit import Grid
 
@@ -68,7 +68,8 @@ def study_grid(study: Study) -> Grid:
                 [("rank", "right"), ("config", "left"), (f"objective {unit}".strip(), "right"), ("its CI", "right"),
                  ("capacity tasks/h", "right"), (f"goodput/h{at}", "right"), (f"task p50 s{at}", "right"),
                  (f"task p95 s{at}", "right"), (f"TTFT p95 ms{at}", "right"), ("$/task self", "right"),
-                 ("$/task API", "right"), ("quality", "left"), ("GPU", "left"), ("ref. tok/s", "right")], keep=2)
+                 ("$/task API", "right"), ("quality", "left"), ("GPU", "left"), ("ref. tok/s", "right"),
+                 *([("twin band", "right")] if banded(study) else [])], keep=2)
     for c in study.ranked():
         obj = c.objective
         value = "-" if obj.value is None else BOUND_SIGNS.get(obj.bound, "") + (
@@ -78,8 +79,41 @@ def study_grid(study: Study) -> Grid:
                  number(c.goodput_tasks_per_hour), number(c.task_p50_s), number(c.task_p95_s), number(c.ttft_p95_ms),
                  money(c.cost.self_hosted_per_task if c.cost else None), money(c.cost.api_per_task if c.cost else None),
                  quality_text(c), gpu_text(c),
-                 number((c.reference or {}).get("output_tokens_per_s")))
+                 number((c.reference or {}).get("output_tokens_per_s")),
+                 *([band_range(c.twin_band)] if banded(study) else []))
     return grid
+
+
+def banded(study: Study) -> bool:
+    """Whether any config of the study has a twin band (`ConfigResult.twin_band`)."""
+    return any(c.twin_band is not None and c.twin_band.banded for c in study.configs)
+
+
+def band_range(band: Optional[TwinBand]) -> str:
+    """A config's twin band as a cell: '4.41 [3.48–5.11]' (its points' own figure, then the band), or '-'
+    without one."""
+    if band is None or not band.banded:
+        return "-"
+    return f"{number(band.value)} [{number(band.low)}–{number(band.high)}]"
+
+
+def band_lines(study: Study) -> list[str]:
+    """What the twin bands are, once (the figure, the points, the draws), and why a config has none."""
+    lines = []
+    with_band = [c for c in study.configs if c.twin_band is not None and c.twin_band.banded]
+    if with_band:
+        figures = ", ".join(dict.fromkeys(f"{c.twin_band.label}{f' ({c.twin_band.unit})' if c.twin_band.unit else ''} "
+                                          f"{c.twin_band.where}" for c in with_band))
+        draws = ", ".join(dict.fromkeys(str(c.twin_band.draws) for c in with_band))
+        lines.append(f"twin band: the range of the figure a config's rank rests on ({figures}) over each of those "
+                     f"points simulated again on {draws} profiles drawn from the calibration's fit (not a confidence "
+                     "interval), beside the mean of the points' own figures (each run's summary: a pooled percentile "
+                     "objective may differ); two configs whose bands of the same figure at the same kind of points "
+                     "overlap are within the twin's band: its own uncertainty could swap them")
+    reasons = dict.fromkeys(c.twin_band.note for c in study.configs
+                            if c.twin_band is not None and not c.twin_band.banded and c.twin_band.note)
+    lines += [f"twin band: {reason}" for reason in reasons]
+    return lines
 
 
 VERDICTS = {"held": "held", "missed": "MISSED", "untestable": "burst"}
@@ -119,9 +153,11 @@ def summary_lines(study: Study) -> list[str]:
     lines = []
     if study.ranking is not None:
         lines.append(f"ranking: {' > '.join(study.ranking.order)}")
-        lines += [f"  {c.verdict}" for c in study.ranking.comparisons if c.verdict]
+        for c in study.ranking.comparisons:
+            lines += [f"  {text}" for text in (c.verdict, c.band_verdict) if text]
     lines += [f"note: {note}" for note in study.notes]
     lines += statistics_lines(study)
+    lines += band_lines(study)
     if any(c.capacity is not None for c in study.configs):
         lines.append("capacity: the highest offered task rate at which every SLO target held (at a rate the "
                      "workload could test); goodput: tasks completed within the task bound per hour of one run "
@@ -132,6 +168,7 @@ def summary_lines(study: Study) -> list[str]:
         lines.append(f"twin ({pred.profile}{', calibrated here' if pred.calibrated else ''}) predicts "
                      f"{' > '.join(pred.predicted_order)}; measured {' > '.join(pred.measured_order)}: {verdict}"
                      + (f"; {pred.note}" if pred.note else ""))
+        lines += [f"  twin: {text}" for text in pred.within_band]
     space = study.space
     if space:
         ranks = ", ".join(f"{c['name']} predicted {c['predicted_rank']}"

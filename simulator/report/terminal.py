@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import InputError
-from ..metrics.summary import Summary, TargetCheck, TaskFigures
+from ..metrics.summary import BANDED_FIGURES, BandRange, SimulationBand, Summary, TargetCheck, TaskFigures
 from .cells import number
 from .fit import Grid
 from .partial import partial_state
@@ -90,6 +90,28 @@ def slo_lines(summary: Summary) -> list[str]:
         target: Optional[TargetCheck] = getattr(summary.slo, name)
         if target is not None:
             lines.append(f"SLO {name}: " + ", ".join(check_text(key, target) for key in target.percentiles))
+    return lines
+
+
+def band_text(figure: BandRange, unit: str = "") -> str:
+    """'2.41 s  (band 2.18–2.73 s, -10%/+13%)': a figure, its band and how far each end is from it."""
+    suffix = f" {unit}" if unit else ""
+    value, low, high = figure.value, figure.low, figure.high
+    spread = f", {low / value - 1:+.0%}/{high / value - 1:+.0%}" if value else ""
+    return f"{number(value)}{suffix}  (band {number(low)}–{number(high)}{suffix}{spread})"
+
+
+def band_lines(band: Optional[SimulationBand]) -> list[str]:
+    """The band of a simulation: what it is, then one line per banded figure; or why there is none."""
+    if band is None:
+        return []
+    if not band.figures:
+        return [band.note or "no band"]
+    lines = [f"band: {band.method}"]
+    for banded in BANDED_FIGURES:
+        figure = band.figures.get(banded.key)
+        if figure is not None:
+            lines.append(f"  {banded.label:18s} {band_text(figure, banded.unit)}")
     return lines
 
 

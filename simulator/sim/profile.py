@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .. import validation
 from ..errors import InputError
@@ -273,6 +273,50 @@ STEP_SETTINGS = frozenset({"idle_after", "wake_period", "shape_cache", "batch_jo
 profile has them, and they are no measurement a prediction could lack."""
 
 
+_Count = Annotated[int, Field(ge=1)]
+_Share = Annotated[float, Field(ge=0.0, le=1.0)]
+
+BURST_WINDOW = 0.010
+"""Seconds: calls sent within this long of the first call of a run of sends arrive together, as one
+burst (`CalibratedRegion.burst_calls`); the next call sent after it begins the next burst."""
+
+
+class CalibratedRegion(_Section):
+    """The call shapes a calibration measured: for each dimension the closed range [low, high] that the
+    sweep's measured calls covered (`simulator.calibration.region` computes it from the points measured;
+    `simulator.sim.coverage` holds a simulation's calls against it). Only the calls timed count: a
+    prefill or decode point's burst, a loaded point's calls sent under its streams (whose own prompts
+    and outputs are the load, not a measurement). Outside the region the twin extrapolates its fitted
+    terms."""
+
+    prompt_tokens: tuple[_Count, _Count]
+    """Prompt tokens of a call (a point's nominal length: a live sweep moves an uncached prompt by up to
+    16 tokens either way)."""
+    cached_share: tuple[_Share, _Share]
+    """Share of a call's prompt served from the prefix cache: prefix-cache hit tokens over prompt tokens
+    (a cached point's prompt hits the cache up to the block that holds its last token, which a prefill
+    computes; an uncached point's share is 0)."""
+    running_calls: tuple[_Count, _Count]
+    """Calls in the engine at once, seen by a call when it is sent: the calls in flight then (sent and
+    not ended, itself and those sent at the same instant included), at most the server's
+    `max_num_seqs` (those beyond it wait outside the batch). A burst of B calls sent at once reaches
+    B; a loaded point's call, its streams and itself (each call finds the one before it done)."""
+    burst_calls: tuple[_Count, _Count]
+    """Calls sent together: the calls of a call's burst, a run of sends within `BURST_WINDOW` of its
+    first. A sweep's burst of B calls sent at once is a burst of B; a loaded point's calls, sent alone
+    83 ms and more apart (its streams went out before them), bursts of one."""
+    output_tokens: tuple[_Count, _Count]
+    """Output tokens of a call."""
+
+    @field_validator("prompt_tokens", "cached_share", "running_calls", "burst_calls", "output_tokens")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if low > high:
+            raise ValueError(f"low {low} is above high {high}: a range is [low, high]")
+        return value
+
+
 class CalibrationRecord(_Section):
     """How well a calibrated profile's step-time coefficients reproduce the measurements they were
     fitted to (`agentload calibrate` writes it)."""
@@ -285,12 +329,21 @@ class CalibrationRecord(_Section):
     """The largest |predicted / measured - 1| of a point."""
     terms: dict[str, float] = {}
     """Each fitted term's relative standard error (0: fitted at its bound of 0)."""
+    covariance: dict[str, dict[str, float]] = {}
+    """The covariance of the fitted terms, in the coefficients' own units (seconds squared for a time),
+    of the free terms only (those fitted above 0): what the band on a prediction draws coefficients
+    from (`simulator.sim.band`). Empty: not recorded (calibrated before it was), or no term free."""
+    residuals: list[float] = []
+    """Each sweep point's predicted / measured - 1, to 4 decimals: what a prediction missed by on the
+    points it was fitted to, which the band draws the server's speed from. Empty: not recorded."""
     drift: Optional[float] = None
     """The trend of the sweep's rounds' times from the first round to the last (+0.05: the server ran 5%
     slower by the end): the host's speed moving under the measurement. None: fewer than 3 rounds, or
     measured on the twin."""
     note: str = ""
     """Anything else known about its accuracy (held-out checks)."""
+    region: Optional[CalibratedRegion] = None
+    """The call shapes the sweep measured (None: not recorded, calibrated before it was)."""
 
 
 class ServerProfile(_Section):

@@ -227,6 +227,42 @@ class Objective(Part):
     """The capacity search's resolution in the objective's unit (not a confidence interval)."""
 
 
+class TwinBand(Part):
+    """A twin config's band on the figure its rank rests on: each of its ranking points (its capacity
+    points, each repeat's highest probe that held, when it ranks by capacity; else its sweep points at
+    the ranking load) simulated again on `draws` profiles drawn from the calibration's fit
+    (`simulator.sim.band`), the range over all those simulations. Not a confidence interval: how far the
+    twin's own uncertainty moves the figure. Without a band (an uncalibrated profile), `note` says why."""
+
+    figure: Optional[str] = None
+    """The banded figure, by its path in summary.json, dotted (`tasks.goodput_per_hour`, ...)."""
+    label: Optional[str] = None
+    unit: str = ""
+    where: Optional[str] = None
+    """Which points: 'at its capacity points' or 'at the ranking load'."""
+    value: Optional[float] = None
+    """The mean of the points' nominal figures."""
+    low: Optional[float] = None
+    """The lowest of the figure over the points' nominal and drawn simulations."""
+    high: Optional[float] = None
+    draws: int = 0
+    points: int = 0
+    method: Optional[str] = None
+    note: Optional[str] = None
+
+    @property
+    def banded(self) -> bool:
+        """Whether it holds a band (not only why it has none)."""
+        return self.low is not None and self.high is not None
+
+    def overlaps(self, other: TwinBand) -> Optional[bool]:
+        """Whether the two bands of the same figure overlap (None: either has none, or they are of another
+        figure or taken at other points)."""
+        if not (self.banded and other.banded) or (self.figure, self.where) != (other.figure, other.where):
+            return None
+        return max(self.low, other.low) <= min(self.high, other.high)  # type: ignore[type-var]
+
+
 class TwinEntry(Part):
     predicted_value: Optional[float] = None
     predicted_rank: Optional[int] = None
@@ -264,6 +300,8 @@ class ConfigResult(Part):
     objective: Objective = Field(default_factory=Objective)
     rank: Optional[int] = None
     twin: Optional[TwinEntry] = None
+    twin_band: Optional[TwinBand] = None
+    """On the twin: the band of the figure its rank rests on (None: a live config, or no band asked for)."""
 
 
 class Comparison(Part):
@@ -280,6 +318,11 @@ class Comparison(Part):
     significant: Optional[bool] = None
     """The difference's interval excludes zero (None: not tested)."""
     verdict: Optional[str] = None
+    within_twin_band: Optional[bool] = None
+    """On the twin: whether the two configs' bands (`ConfigResult.twin_band`) overlap, their order then
+    within what the twin's own uncertainty could swap (None: either has no band)."""
+    band_verdict: Optional[str] = None
+    """The same in a sentence, with both bands."""
 
 
 class Ranking(Part):
@@ -298,6 +341,9 @@ class TwinPrediction(Part):
     measured_order: list[str] = Field(default_factory=list)
     same_order: Optional[bool] = None
     note: Optional[str] = None
+    within_band: list[str] = Field(default_factory=list)
+    """For each two configs next to each other in the predicted order whose twin bands overlap: a
+    sentence saying so (their predicted order is within the twin's own uncertainty)."""
 
 
 class FailedPoint(Part):

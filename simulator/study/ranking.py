@@ -18,6 +18,10 @@ samples and the test of two neighbours Welch's t interval of the difference of t
 study's confidence and widened by the capacity search's resolution. A difference whose interval holds 0
 is within noise. A value that is only a bound (a capacity above the search's range: at least X) is not
 tested against a neighbour it could pass.
+
+On the twin, repeats measure the workload's seeds, not the twin's own uncertainty: two neighbours whose
+twin bands overlap (`simulator.study.twin_band`) are also said to be within the twin's band
+(`band_verdict`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Optional
 
 from scipy import stats
 
-from .model import MIN_REPEATS_FOR_CI, Comparison
+from .model import MIN_REPEATS_FOR_CI, Comparison, TwinBand
 
 UNITS = {"goodput": "tasks/h", "p95_task": "s", "cost": "$/task"}
 HIGHER_IS_BETTER = {"goodput": True, "p95_task": False, "cost": False}
@@ -127,6 +131,29 @@ def _signed(value: float) -> str:
     magnitude = abs(value)
     digits = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else 2 - math.floor(math.log10(magnitude))
     return f"{value:+,.{digits}f}"
+
+
+def plain(value: Optional[float]) -> str:
+    """A figure for a sentence: thousands separated, no exponent, the digits its size needs."""
+    return "-" if value is None else _signed(value).removeprefix("+")
+
+
+def band_text(name: str, band: TwinBand) -> str:
+    """'a 10.2–11.9': a config's band in a sentence."""
+    return f"{name} {plain(band.low)}–{plain(band.high)}"
+
+
+def band_verdict(better: str, worse: str, a: TwinBand, b: TwinBand) -> Optional[str]:
+    """Whether `better` (ranked ahead) and `worse` are within the twin's band, in a sentence with both
+    bands; None when either has no band."""
+    within = a.overlaps(b)
+    if within is None:
+        return None
+    unit = f" {a.unit}" if a.unit else ""
+    ranges = f"{a.label} {a.where}: {band_text(better, a)}, {band_text(worse, b)}{unit}"
+    if within:
+        return f"{better} and {worse} within the twin's band ({ranges}): the twin's own uncertainty could swap them"
+    return f"{better} ahead of {worse} beyond the twin's band ({ranges})"
 
 
 def order_of(values: dict[str, Optional[float]], objective: str) -> list[str]:

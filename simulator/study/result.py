@@ -16,10 +16,10 @@ import numpy as np
 from . import cost
 from .capacity import Capacity
 from .load import AXIS_UNITS
-from .model import (STUDY_VERSION, CapacityResult, ConfigResult, Cost, FailedPoint, Gpu, Objective, Quality,
-                    Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
+from .model import (STUDY_VERSION, CapacityResult, Comparison, ConfigResult, Cost, FailedPoint, Gpu, Objective,
+                    Quality, Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
 from .points import PointResult
-from .ranking import HIGHER_IS_BETTER, UNITS, Value, order_of, rank
+from .ranking import HIGHER_IS_BETTER, UNITS, Value, band_verdict, order_of, rank
 from .schema import StudySpec
 from .state import ConfigRun, StudyState
 
@@ -36,12 +36,13 @@ def rank_load(spec: StudySpec) -> Optional[float]:
     return spec.rank_at if spec.rank_at is not None else max(load.values())
 
 
-def _sweep_points(run: ConfigRun, load: Optional[float]) -> list[PointResult]:
+def sweep_points(run: ConfigRun, load: Optional[float]) -> list[PointResult]:
+    """The config's sweep points at `load` that ran."""
     return [p for p in run.points if p.source == "sweep" and p.ok and load is not None
             and abs(p.load - load) <= 1e-9 * max(1.0, load)]
 
 
-def _capacity_points(run: ConfigRun) -> list[PointResult]:
+def capacity_points(run: ConfigRun) -> list[PointResult]:
     """Each repeat's highest probe that held the SLO."""
     if run.capacity is None:
         return []
@@ -134,7 +135,7 @@ def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun]) -> dict[st
         cap = run.capacity
         has_cap = cap is not None and cap.rate is not None
         if objective == "p95_task":
-            points = _sweep_points(run, load)
+            points = sweep_points(run, load)
             times = [t for p in points for t in p.figures.completion_times]
             per_repeat = [float(np.percentile(p.figures.completion_times, 95)) for p in points
                           if p.figures.completion_times]
@@ -219,10 +220,10 @@ def config_entry(state: StudyState, run: ConfigRun, value: Value, rank_no: Optio
     """One config in study.json."""
     c, spec = run.config, state.spec
     load = rank_load(spec)
-    at = _sweep_points(run, load)
+    at = sweep_points(run, load)
     at_load = load
     if not at:
-        at = _capacity_points(run)
+        at = capacity_points(run)
         at_load = _mean([p.load for p in at])
     reference = next((p for p in run.points if p.source == "reference" and p.ok), None)
     status = "ok" if run.error is None else ("failed" if not any(p.ok for p in run.points) else "partial")
@@ -238,7 +239,7 @@ def config_entry(state: StudyState, run: ConfigRun, value: Value, rank_no: Optio
             "label": spec.reference.label or _shape_label(spec), "folder": reference.folder,
             "output_tokens_per_s": reference.figures.output_tokens_per_s,
             "requests_per_s": reference.figures.requests_per_s},
-        objective=_objective(spec, value, run), rank=rank_no, twin=twin)
+        objective=_objective(spec, value, run), rank=rank_no, twin=twin, twin_band=run.band)
 
 
 def _shape_label(spec: StudySpec) -> str:
@@ -251,6 +252,7 @@ def build(state: StudyState) -> Study:
     spec, objective = state.spec, state.spec.objective
     values = objective_values(spec, state.runs)
     order, comparisons = rank(values, objective, spec.confidence)
+    comparisons = [_with_band(c, state.runs) for c in comparisons]
     ranks = {name: i + 1 for i, name in enumerate(order) if values[name].value is not None}
     prediction, twin_entries = _twin_prediction(state, order)
     workload = state.workload
@@ -284,6 +286,15 @@ def build(state: StudyState) -> Study:
     )
 
 
+def _with_band(comparison: Comparison, runs: Mapping[str, ConfigRun]) -> Comparison:
+    """`comparison` with whether its two configs are within the twin's band (`twin_band`)."""
+    a, b = runs[comparison.better].band, runs[comparison.worse].band
+    if a is None or b is None:
+        return comparison
+    return comparison.model_copy(update={"within_twin_band": a.overlaps(b),
+                                         "band_verdict": band_verdict(comparison.better, comparison.worse, a, b)})
+
+
 def _untestable_notes(state: StudyState) -> list[str]:
     """One line per config whose probes or sweep points came as bursts too short to test their rate."""
     notes = []
@@ -310,9 +321,15 @@ def _twin_prediction(state: StudyState, measured: list[str]) -> tuple[Optional[T
                for n in predicted}
     left_out = [c.name for c in state.configs if c.live and c.name not in names]
     note = f"no twin equivalent (flags only): {', '.join(left_out)}" if left_out else None
+    bands = {n: state.twin_runs[n].band for n in predicted}
+    within = []
+    for a, b in zip(predicted, predicted[1:]):
+        band_a, band_b = bands[a], bands[b]
+        if band_a is not None and band_b is not None and band_a.overlaps(band_b):
+            within.append(band_verdict(a, b, band_a, band_b) or "")
     return TwinPrediction(profile=profile, calibrated=state.calibrated, configs=sorted(names),
                           predicted_order=predicted, measured_order=measured_same,
-                          same_order=predicted == measured_same, note=note), entries
+                          same_order=predicted == measured_same, note=note, within_band=within), entries
 
 
 def _space(state: StudyState, measured: list[str]) -> Optional[dict[str, Any]]:

@@ -25,6 +25,8 @@ from ..errors import InputError
 from ..metrics import results
 from ..metrics.slo import Slo
 from ..redact import mask_url
+from ..pipeline.plan import RunPlan, plan_run
+from ..sim.band import DEFAULT_DRAWS
 from ..sim.profile import ServerProfile, load_profile
 from ..workload import Workload
 from . import calibration, fan_out, quality
@@ -35,10 +37,12 @@ from .gpu import GpuSampler, open_sampler
 from .load import LoadPoint, apply
 from .points import PointResult, standard_figures
 from .prepare import Workloads, check, reference_scenario, study_scenario, target_fields
-from .ranking import order_of
+from .model import TwinBand
+from .ranking import order_of, plain
 from .result import objective_values
 from .schema import StudySpec
 from .space import candidates, live_config, twin_config
+from .twin_band import config_band
 from .state import ConfigRun, Group, SpaceRun, StudyState, WorkloadFacts
 
 Backend = Union[TwinBackend, LiveBackend]
@@ -51,8 +55,11 @@ class StudyRunner:
     """Runs a study into `folder`; `say` gets one line per event (a point done, a server started)."""
 
     def __init__(self, spec: StudySpec, folder: Path, *, twin_only: bool = False, ray: Optional[str] = None,
-                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+                 band_draws: int = DEFAULT_DRAWS) -> None:
         self.spec = spec
+        self.band_draws = band_draws
+        """Draws of the twin's band at each twin config's ranking points (0: no band; `twin_band`)."""
         self.ray = ray
         """Ray cluster address for independent points ('': the default one); None: every point here."""
         self.folder = Path(folder)
@@ -180,6 +187,8 @@ class StudyRunner:
                     self.point(group, config, backend, root, source, load, repeat, sampler)
             if spec.capacity is not None:
                 self._change(group, name, capacity=self.capacity(group, config, backend, root, sampler))
+            if isinstance(backend, TwinBackend) and group != "space" and self.band_draws > 0:
+                self._change(group, name, band=self.twin_band(group, config, backend, root))
         finally:
             backend.close()
             if sampler is not None:
@@ -190,6 +199,23 @@ class StudyRunner:
         if failed:
             self._change(group, name, error=f"{len(failed)} of {len(points)} points failed; first: {failed[0].error}")
         return self.state.group(group)[name]
+
+    def twin_band(self, group: Group, config: Config, backend: TwinBackend, root: str) -> TwinBand:
+        """The band of a twin config at its ranking points, each point's plan simulated again on profiles
+        drawn from the calibration's fit (`simulator.study.twin_band`)."""
+
+        def plan_of(point: PointResult) -> RunPlan:
+            axis = "rate" if point.source == "capacity" or self.spec.load is None else self.spec.load.axis
+            job = self.point_job(config, backend, root, point.source, LoadPoint(axis, point.load), point.repeat, None)
+            return plan_run(job.scenario, job.workload, self.folder / point.folder)
+
+        band = config_band(self.spec, self.scenario.slo, self.state.group(group)[config.name], backend.profile,
+                           plan_of, self.folder, self.band_draws)
+        if band.banded:
+            self.say(f"{'twin ' if root.startswith('twin') else ''}{config.name}: twin's band of {band.label} "
+                     f"{band.where}: {plain(band.low)}–{plain(band.high)} ({band.points} point(s), "
+                     f"1 + {band.draws} simulations each)")
+        return band
 
     def _change(self, group: Group, name: str, **changes: Any) -> None:
         """The state with fields of config `name`'s run in `group` changed."""

@@ -21,6 +21,7 @@ from ..metrics.slo import Slo
 from .capacity import Capacity
 from .configs import Config
 from .figures import TaskTokens
+from .model import TwinBand
 from .points import PointResult
 from .schema import StudySpec
 from .space import Candidate
@@ -47,6 +48,8 @@ class ConfigRun:
     """What the backend says of its server once stopped (`server_info`)."""
     gpu_note: Optional[str] = None
     error: Optional[str] = None
+    band: Optional[TwinBand] = None
+    """On the twin: the band at its ranking points (`simulator.study.twin_band`)."""
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ def run_sweep(scenario: Scenario, workload: Workload, scenario_file: Path, folde
 
 
 def _run(spec: schema.StudySpec, folder: Path) -> Study:
-    """Run the study into `folder`, its study.json written as it goes; the finished study."""
-    final = StudyRunner(spec, folder).run(lambda state: save_study(folder, build(state)))
+    """Run the study into `folder`, its study.json written as it goes; the finished study (without the
+    twin's band: a sweep ranks no configs)."""
+    final = StudyRunner(spec, folder, band_draws=0).run(lambda state: save_study(folder, build(state)))
     return build(final)
