@@ -194,6 +194,18 @@ def test_the_command_lines_default_count_of_draws_is_the_bands():
     assert simulate.DEFAULT_DRAWS == DEFAULT_DRAWS
 
 
+@pytest.mark.parametrize("draws, problem", [("-1", "-1 is negative"), ("two", "'two' is not a whole number")])
+def test_a_count_of_draws_that_is_no_count_is_refused_before_anything_runs(tmp_path, capsys, draws, problem):
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "scenarios/quickstart.yaml", "-p", "tiny-vllm-cpu", "-o", str(tmp_path / "out"),
+              "--band-draws", draws])
+    assert exit_info.value.code == 2
+    assert problem in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 # --- compare ----------------------------------------------------------------------------------------
 
 

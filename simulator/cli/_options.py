@@ -35,12 +35,20 @@ def non_negative(text: str) -> float:
 
 def count(text: str) -> int:
     """A whole number above 0."""
+    value = whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not 1 or more")
+    return value
+
+
+def whole_number(text: str) -> int:
+    """A whole number, 0 or more."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not 1 or more")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
 
 

@@ -7,7 +7,7 @@ import argparse
 
 from rich.console import Console
 
-from ._options import SIMULATE_EXIT_CODES, add_verdict_options
+from ._options import SIMULATE_EXIT_CODES, add_verdict_options, whole_number
 from ._quick import add_scenario_options, load_scenario, save_if_asked
 from .report import add_output_options, write_outputs
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--approx-itl", action="store_true",
                         help="build the ITL histogram from each call's ITL mean (faster on big runs) "
                         "instead of every gap")
-    parser.add_argument("--band-draws", type=_draws, default=DEFAULT_DRAWS, metavar="N",
+    parser.add_argument("--band-draws", type=whole_number, default=DEFAULT_DRAWS, metavar="N",
                         help="simulations on profiles drawn from the calibration's fit beside the nominal one, "
                         "whose range is the band printed and saved with the task-level figures (default "
                         f"{DEFAULT_DRAWS}: 1 + {DEFAULT_DRAWS} simulations in all; 0: no band; an uncalibrated "
@@ -51,17 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "scenario's emulator.profile and a study's twin configs take by name, with their description and "
         "whether (and how well) they were calibrated against a real server.")
     profiles.set_defaults(func=profiles_command)
-
-
-def _draws(text: str) -> int:
-    """--band-draws: a count, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def simulate_command(args: argparse.Namespace) -> int:
