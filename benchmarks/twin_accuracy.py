@@ -171,8 +171,8 @@ def report(out: Path, scenarios: list[str], profile: str) -> list[dict]:
             twin = pooled(twin_dirs, path, histogram, unit)
             ratio = twin / real if real else float("nan")
             verdict = "" if band is None else ("ok" if abs(ratio - 1) <= band else "MISS") + f" ±{band:.0%}"
-            inside = twin_band_hits(real_dirs, twin_dirs, path)
             bands = twin_bands(twin_dirs, path)
+            inside = band_hits(real_dirs, bands, path)
             pooled_band = None if bands is None else (statistics.mean(b["low"] for b in bands),
                                                       statistics.mean(b["high"] for b in bands))
             pooled_inside = None if pooled_band is None else pooled_band[0] <= real <= pooled_band[1]
@@ -199,10 +199,9 @@ def twin_bands(twin_dirs: list[Path], path: tuple[str, ...]) -> Optional[list[di
     return bands
 
 
-def twin_band_hits(real_dirs: list[Path], twin_dirs: list[Path], path: tuple[str, ...]) -> Optional[list[bool]]:
+def band_hits(real_dirs: list[Path], bands: Optional[list[dict]], path: tuple[str, ...]) -> Optional[list[bool]]:
     """For each real run, whether its figure lies inside the band the twin stated for the same seed
-    (None: the twin stated no band on it)."""
-    bands = twin_bands(twin_dirs, path)
+    (`bands`, one per twin run; None: the twin stated no band on it)."""
     if bands is None or len(bands) != len(real_dirs):
         return None
     return [band["low"] <= figure(load_summary(real), path) <= band["high"] for real, band in zip(real_dirs, bands)]

@@ -82,6 +82,19 @@ DEVIATION = 0.10
 verdict; one run per folder cannot tell a difference between servers from run-to-run noise)."""
 
 
+def band_range(low: Optional[float], high: Optional[float]) -> str:
+    """A band as every view writes it after its figure: '[2.18–2.73]'."""
+    return f"[{number(low)}–{number(high)}]"
+
+
+def band_offsets(value: float, low: float, high: float) -> tuple[str, str]:
+    """How far a band's ends lie from its figure, relative, as every view shows them ('-15%', '+29%');
+    ('-', '-') for a figure of 0."""
+    if not value:
+        return "-", "-"
+    return f"{low / value - 1:+.0%}", f"{high / value - 1:+.0%}"
+
+
 def ratio_text(r: float) -> str:
     """A ratio to three decimals (to three significant digits below 0.1, so that none reads 0.000)."""
     return f"{r:,.3f}" if abs(r) >= 0.1 else number(r)

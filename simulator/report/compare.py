@@ -17,7 +17,7 @@ from rich.text import Text
 from ..metrics import results
 from ..metrics.folder import RUN_KEYS_OUTSIDE_FINGERPRINT
 from ..metrics.summary import Summary, load_summary
-from .cells import DEVIATION, deviates, lookup, number, ratio_text
+from .cells import DEVIATION, band_range, deviates, lookup, number, ratio_text
 from .partial import partial_state
 
 CALL_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end to end"))
@@ -139,7 +139,7 @@ BAND_MARK = " ~"
 def banded_number(value: Optional[float], band: Optional[Mapping[str, float]]) -> str:
     """A folder's figure, its band after it in brackets where it has one: '2.41 [2.18–2.73]'."""
     text = number(value)
-    return text if band is None else f"{text} [{number(band['low'])}–{number(band['high'])}]"
+    return text if band is None else f"{text} {band_range(band['low'], band['high'])}"
 
 
 def folder_titles(labels: Sequence[str], states: Sequence[Optional[str]]) -> list[str]:

@@ -9,7 +9,7 @@ from itertools import groupby
 from typing import Any, Optional, Sequence
 
 from . import run_figures, timeline
-from .cells import figure, number, ratio, started
+from .cells import band_range, figure, ratio, started
 from .compare import (BAND_MARK, band_legend, better, compare_many, folder_states, folder_titles, letters,
                       partial_warnings, ratio_legend, workload_warnings)
 from .folder_data import RunData
@@ -57,7 +57,7 @@ def _banded(cell: Cell, band: Optional[dict[str, float]]) -> Cell:
     """A folder's figure with its band after it, where it has one (`compare.banded_number`)."""
     if band is None or cell.value is None:
         return cell
-    return replace(cell, text=f"{cell.text} [{number(band['low'])}–{number(band['high'])}]")
+    return replace(cell, text=f"{cell.text} {band_range(band['low'], band['high'])}")
 
 
 def _within(cell: Cell, within: Optional[bool]) -> Cell:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..metrics.summary import BANDED_FIGURES, TargetCheck
-from .cells import figure, lookup, number
+from .cells import band_offsets, figure, lookup, number
 from .folder_data import RunData
 from .page import Cell, KeyFigure, Table
 
@@ -92,9 +92,7 @@ def band_table(run: RunData) -> Optional[Table]:
         base = ("simulation", "band", "figures", banded.key)
         unit = f" ({banded.unit})" if banded.unit else ""
         table.rows.append([banded.label + unit, figure(s, (*base, "value")), figure(s, (*base, "low")),
-                           figure(s, (*base, "high")),
-                           f"{entry.low / entry.value - 1:+.1%}" if entry.value else "-",
-                           f"{entry.high / entry.value - 1:+.1%}" if entry.value else "-"])
+                           figure(s, (*base, "high")), *band_offsets(entry.value, entry.low, entry.high)])
     table.note = (f"The band: {band.method}. It shows how far the prediction moves with the calibration's own "
                   "uncertainty: a range of simulations, not a confidence interval." if band.figures
                   else (band.note or "no band"))

@@ -9,6 +9,7 @@ from typing import Optional
 from rich.console import Console
 
 from ..study.model import MIN_REPEATS_FOR_CI, OBJECTIVE_LABELS, CapacityResult, ConfigResult, Pair, Study, TwinBand
+from .cells import band_range as bracketed
 from .cells import number
 from .fit import Grid
 
@@ -94,7 +95,7 @@ def band_range(band: Optional[TwinBand]) -> str:
     without one."""
     if band is None or not band.banded:
         return "-"
-    return f"{number(band.value)} [{number(band.low)}–{number(band.high)}]"
+    return f"{number(band.value)} {bracketed(band.low, band.high)}"
 
 
 def band_lines(study: Study) -> list[str]:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..errors import InputError
 from ..metrics.summary import BANDED_FIGURES, BandRange, SimulationBand, Summary, TargetCheck, TaskFigures
-from .cells import number
+from .cells import band_offsets, number
 from .fit import Grid
 from .partial import partial_state
 from .server import server_parts
@@ -97,7 +97,7 @@ def band_text(figure: BandRange, unit: str = "") -> str:
     """'2.41 s  (band 2.18–2.73 s, -10%/+13%)': a figure, its band and how far each end is from it."""
     suffix = f" {unit}" if unit else ""
     value, low, high = figure.value, figure.low, figure.high
-    spread = f", {low / value - 1:+.0%}/{high / value - 1:+.0%}" if value else ""
+    spread = ", {}/{}".format(*band_offsets(value, low, high)) if value else ""
     return f"{number(value)}{suffix}  (band {number(low)}–{number(high)}{suffix}{spread})"
 
 
