@@ -46,6 +46,14 @@ class CallRequest:
     call_index: int
     call: Call
     attempt: int = 0
+    root_id: str = ""
+    """The top-level task this call's task belongs to (its own id for a top-level task): the session a
+    fleet's router may keep together (`session_key`)."""
+
+    def session_key(self, sub_agents: str = "parent") -> str:
+        """The key a router's session affinity reads for this call: the top-level task's id, or with
+        `sub_agents` ``"own"`` the call's own task's id."""
+        return self.task_id if sub_agents == "own" or not self.root_id else self.root_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +94,10 @@ class TaskOutcome:
 Behaviour = Generator[Effect, Any, TaskOutcome]
 
 
-def task_behaviour(task: Task, retry: RetryPolicy = RetryPolicy()) -> Behaviour:
-    """The agent behaviour of one task (see the module docstring for the protocol)."""
+def task_behaviour(task: Task, retry: RetryPolicy = RetryPolicy(), root_id: str = "") -> Behaviour:
+    """The agent behaviour of one task (see the module docstring for the protocol); `root_id` is the
+    id of the top-level task it belongs to (default: its own)."""
+    root = root_id or task.id
     spawns: dict[int, list[SubTask]] = {}
     for sub in task.subtasks:
         spawns.setdefault(sub.after_call, []).append(sub)
@@ -100,7 +110,7 @@ def task_behaviour(task: Task, retry: RetryPolicy = RetryPolicy()) -> Behaviour:
             yield Wait(call.gap)
         attempt = 0
         while True:
-            result: CallResult = yield Send(CallRequest(task.id, task.task_class, index, call, attempt))
+            result: CallResult = yield Send(CallRequest(task.id, task.task_class, index, call, attempt, root))
             if result.ok:
                 break
             if attempt >= retry.retries:

@@ -71,6 +71,7 @@ def call_record(
     error_class: Optional[str] = None,
     error_message: Optional[str] = None,
     retry_after: Optional[float] = None,
+    replica: Optional[str] = None,
 ) -> CallRecord:
     """The record of one call of `request`: identity and requested sizes from the request, the rest as
     measured. `input_tokens` defaults to the planned prompt size."""
@@ -96,6 +97,7 @@ def call_record(
         error_class=error_class,
         error_message=error_message,
         retry_after=retry_after,
+        replica=replica,
     )
 
 
@@ -137,7 +139,15 @@ class TaskRun:
         self.time_in_gaps = 0.0
         self.client_lag = 0.0
         self.last_error: Optional[str] = None
-        self._behaviour = task_behaviour(task, retry)
+        self._behaviour = task_behaviour(task, retry, parent.root_id if parent is not None else task.id)
+
+    @property
+    def root_id(self) -> str:
+        """The id of the top-level task this one belongs to."""
+        run = self
+        while run.parent is not None:
+            run = run.parent
+        return run.task.id
 
     def next_effect(self, value: Any = None) -> Optional[Effect]:
         """The behaviour's next effect, given the result of the last one; None once it has returned."""

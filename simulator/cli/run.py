@@ -79,10 +79,21 @@ def run_command(args: argparse.Namespace) -> int:
     options = dict(on_progress=view.update, preflight=not args.no_preflight, on_preflight=checked,
                    on_signal=signals.append)
     sharded = args.ray is not None or scenario.run.workers is not None
+    if sharded and scenario.fleet is not None:
+        from ..errors import InputError
+
+        raise InputError("a fleet runs from this process: leave out --ray and run.workers", file=scenario.source,
+                         path="fleet")
     if sharded:  # over Ray (simulator.scale): the same result, plus where Ray ran it
         from ..pipeline.sharded import ShardedExecutor
 
         executor = ShardedExecutor(address=args.ray or None, **options)
+    elif scenario.fleet is not None:  # replicas behind a router (simulator.fleet)
+        from ..fleet.launch import fleet_text
+        from ..pipeline.fleet_live import FleetLiveExecutor
+
+        executor = FleetLiveExecutor(on_fleet=lambda fleet: console.print(
+            f"agentload: fleet up: {fleet_text(fleet)}", highlight=False, soft_wrap=True, markup=False), **options)
     else:
         executor = LiveExecutor(**options)
     plan = plan_run(scenario, workload, Path(folder))
@@ -105,6 +116,11 @@ def run_command(args: argparse.Namespace) -> int:
         from ..scale.report import print_shards
 
         print_shards(summary, Console())
+    if summary.fleet is not None:
+        from ..report.fleet import print_fleet
+        from ..report.terminal import output_console
+
+        print_fleet(summary, output_console())
     write_outputs(args, [Path(folder)])
     result = verdict(summary, max_failed_share=args.max_failed_share, fail_on_slo=args.fail_on_slo,
                      signum=signals[0] if signals else None)
@@ -124,19 +140,24 @@ def banner(scenario: Any, workload: Any, folder: Any) -> str:
     how long it will take, and where the results will go once the target passed its checks (URL
     credentials masked)."""
     from ..emulator.settings import describe_timing, is_zero_latency
-    from ..live.run_length import scenario_run_length
+    from ..live.run_length import run_length, scenario_run_length
     from ..redact import mask_url
     from ..workload import describe_seconds
 
     tasks, calls, subtasks = workload.counts()
-    emulator = scenario.emulator if scenario.target is None else None
-    length = scenario_run_length(scenario, workload)
+    emulator = scenario.emulator if scenario.target is None and scenario.fleet is None else None
+    length = scenario_run_length(scenario, workload) if scenario.fleet is None else run_length(workload, scenario.run)
     span = length.last_arrival - length.first_arrival
     cut = f" (run.duration starts {length.tasks} of them)" if length.tasks < tasks else ""
     if emulator is None:
         estimate = (f"run of at least {describe_seconds(length.estimate)} "
                     "(arrivals, then tool/think time; the server's time comes on top)")
-        target = mask_url(scenario.target.base_url)
+        if scenario.fleet is None:
+            target = mask_url(scenario.target.base_url)
+        else:
+            from ..fleet.launch import fleet_spec_text
+
+            target = fleet_spec_text(scenario.fleet)
     else:
         estimate = (f"run of about {describe_seconds(length.estimate)} (arrivals, tool/think time and each "
                     "call's time on the idle emulator; queueing under load comes on top)")

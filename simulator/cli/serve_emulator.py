@@ -8,7 +8,7 @@ import sys
 
 from ..emulator.faults import parse_fault
 from ..emulator.server import Emulator
-from ..emulator.settings import EmulatorSettings, describe_timing
+from ..emulator.settings import REPLICA_HEADER, EmulatorSettings, describe_timing
 from ..errors import InputError
 from ..gcpause import gc_frozen
 
@@ -57,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
     parser.add_argument("--retry-after", type=float, metavar="SECONDS",
                         help="send Retry-After: SECONDS with injected http_429 and http_503 faults")
+    parser.add_argument("--replica", metavar="NAME",
+                        help=f"a fleet replica's name, sent in the {REPLICA_HEADER} header of every response")
     parser.set_defaults(func=run)
 
 
@@ -75,6 +77,8 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
         from ..sim.profile import load_profile  # noqa: PLC0415 - fail here, before listening
 
         load_profile(args.profile)
+    if args.replica is not None and not args.replica.strip():
+        raise InputError("must name the replica", file="command line", field="--replica")
     faults = tuple(parse_fault(text) for text in args.fault)
     if sum(rate for _, rate in faults) > 1.0:
         raise InputError("fault rates add up to more than 1", file="--fault", field="rate")
@@ -93,6 +97,7 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
         seed=args.seed,
         profile=args.profile,
         retry_after=args.retry_after,
+        replica=args.replica,
     )
 
 

@@ -28,8 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=SIMULATE_EXIT_CODES,
     )
     add_scenario_options(parser, live=False)
-    parser.add_argument("-p", "--profile", required=True, metavar="PROFILE",
-                        help="server profile: a preset name (list them with `agentload profiles`) or a YAML file")
+    parser.add_argument("-p", "--profile", metavar="PROFILE",
+                        help="server profile: a preset name (list them with `agentload profiles`) or a YAML file; "
+                        "required unless the scenario has a `fleet`, whose replicas are then its profile's twins "
+                        "(fleet.profile, else its emulator's)")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="the result folder to write (default: RUN.OUTPUT/NAME-sim-YYYYmmdd-HHMMSS, i.e. "
                         "results/<scenario name>-sim-<time>)")
@@ -62,21 +64,38 @@ def simulate_command(args: argparse.Namespace) -> int:
     from ..pipeline.plan import plan_run, result_folder
     from ..report.coverage import coverage_lines
     from ..report.terminal import band_lines, print_summary
+    from ..errors import InputError
     from ..sim.profile import load_profile
     from ..pipeline.twin import TwinExecutor
 
-    profile = load_profile(args.profile)
+    profile = load_profile(args.profile) if args.profile is not None else None
     scenario = load_scenario(args, profile=args.profile)
+    fleet = scenario.fleet
+    if profile is None:
+        name = fleet.twin_profile() if fleet is not None else None
+        if name is None:
+            raise InputError("no server profile to simulate: give -p PROFILE" + (
+                " or the fleet's `profile`" if fleet is not None else ""), file=scenario.source,
+                path="fleet.profile" if fleet is not None else None)
+        profile = load_profile(name)
     workload = scenario_mod.load_workload(scenario)
     save_if_asked(args, scenario)
     folder = result_folder(scenario, args.output, kind="sim")
     plan = plan_run(scenario, workload, folder)
     console = Console(stderr=True)
     tasks, calls, subtasks = workload.counts()
+    on = (f"{fleet.replicas} replicas of profile {profile.name} behind the {fleet.router.policy} router model"
+          if fleet is not None else f"profile {profile.name}")
     console.print(f"agentload: {scenario.display_name()}: {tasks} tasks, {calls} calls, {subtasks} sub-agents; "
-                  f"simulated on profile {profile.name}"
+                  f"simulated on {on}"
                   f"{'' if profile.calibrated else ' (uncalibrated)'}; results: {folder}")
-    summary, _ = execute(plan, TwinExecutor(profile, keep_gaps=not args.approx_itl, band_draws=args.band_draws))
+    if fleet is not None:
+        from ..pipeline.fleet_twin import FleetTwinExecutor
+
+        executor: object = FleetTwinExecutor(fleet, profile, keep_gaps=not args.approx_itl)
+    else:
+        executor = TwinExecutor(profile, keep_gaps=not args.approx_itl, band_draws=args.band_draws)
+    summary, _ = execute(plan, executor)  # type: ignore[arg-type]
     print_summary(summary)
     sim = summary.simulation
     console.print(f"simulated {sim.simulated_seconds:.1f} s in {sim.wall_seconds:.2f} s of wall time; "
@@ -84,7 +103,9 @@ def simulate_command(args: argparse.Namespace) -> int:
     console.print(f"profile {profile.name}: {sim.uncertainty}", highlight=False)
     for line in coverage_lines(sim):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    for line in band_lines(sim.band) if args.band_draws else ["no band: switched off (--band-draws 0)"]:
+    no_band = ("no band: not computed for a fleet" if fleet is not None
+               else "no band: switched off (--band-draws 0)" if not args.band_draws else None)
+    for line in band_lines(sim.band) if no_band is None else [no_band]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     write_outputs(args, [Path(folder)])
     result = verdict(summary, max_failed_share=args.max_failed_share, fail_on_slo=args.fail_on_slo)

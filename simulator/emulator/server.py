@@ -19,7 +19,7 @@ from .faults import FAULT_HEADER, FaultDraws
 from ..rx_stamps import listener, last_arrival
 from ..words import WORDS
 from .prefix_cache import PrefixCache
-from .settings import EmulatorSettings
+from .settings import REPLICA_HEADER, EmulatorSettings
 from .stream import ChunkWriter
 from .timing import BatchTiming, Emit, FixedTiming, TimingModel
 
@@ -77,7 +77,12 @@ class Emulator:
         app.router.add_get(STATS_PATH, self._stats)
         if self.timing.metrics_text(self.settings.model) is not None:  # a server twin: vLLM's /metrics
             app.router.add_get("/metrics", self._metrics)
+        if self.settings.replica is not None:  # a fleet's replica names itself in every response
+            app.on_response_prepare.append(self._name_replica)
         return app
+
+    async def _name_replica(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[REPLICA_HEADER] = self.settings.replica  # type: ignore[assignment]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port in the running loop; return the base URL."""

@@ -33,6 +33,10 @@ Seconds = Union[int, float]
 
 _MAPPING = TypeAdapter(dict[str, Any])
 
+REPLICA_HEADER = "x-agentload-replica"
+"""Response header in which a fleet replica names itself (the emulator does, with its `replica` setting;
+`simulator.scenario.fleet` takes the name from here, so that the emulator needs nothing of the fleet)."""
+
 
 class EmulatorSettings(BaseModel):
     """How the emulator behaves. With `profile` set, the server twin of that profile decides token
@@ -72,6 +76,9 @@ class EmulatorSettings(BaseModel):
     """A server profile (preset name or YAML path): the server twin of `simulator.sim` decides token
     times in real time (`simulator.emulator.twin_timing`), and its `max_model_len` and prefix cache
     apply; the batching and fixed-timing settings are then unused."""
+    replica: Optional[str] = None
+    """A fleet replica's name: every response then says it in the header `REPLICA_HEADER`, so the client
+    can record which replica served each call."""
 
     @model_validator(mode="wrap")
     @classmethod
@@ -209,7 +216,7 @@ def timing_record(settings: EmulatorSettings) -> dict[str, Any]:
 
 _POSITIVE_INTS = ("max_model_len", "vocab_size", "max_num_seqs", "block_size", "cache_blocks")
 _SECONDS = ("ttft", "itl", "prefill_per_token", "decode_per_seq", "decode_base", "stall_seconds", "retry_after")
-_TEXTS = ("model", "api_key", "profile")
+_TEXTS = ("model", "api_key", "profile", "replica")
 _MAX_SECONDS = 1e6  # no step, token or stall of an emulator lasts longer (11 days)
 
 
@@ -220,7 +227,7 @@ def check(values: dict[str, Any]) -> dict[str, Any]:
     raises ValueError naming the setting."""
     out = dict(values)
     for name, value in values.items():
-        if value is None and name in ("ttft", "itl", "retry_after", "api_key", "profile"):
+        if value is None and name in ("ttft", "itl", "retry_after", "api_key", "profile", "replica"):
             continue
         if name in _POSITIVE_INTS and not (type(value) is int and 0 < value <= 1 << 40):
             raise ValueError(f"emulator.{name} must be a positive whole number, not {value!r:.40}")

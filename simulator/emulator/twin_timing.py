@@ -216,6 +216,7 @@ class TwinTiming(LoopTiming):
             "prefix_cache_hits_total": float(twin.stats.cached_tokens),
             "prompt_tokens_cached_total": float(twin.stats.cached_tokens),
             "num_preemptions_total": float(twin.stats.preemptions),
+            "request_success_total": float(twin.stats.finished),
             "prompt_tokens_total": float(self.prompt_tokens),
             "generation_tokens_total": float(self.generation_tokens),
         }

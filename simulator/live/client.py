@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -88,18 +89,50 @@ class Target:
     """False: salt every call's prefix blocks so nothing is shared (a cache-hit control)."""
     vocab_size: int = 32000
     """Token ids of prompts are drawn from [10, vocab_size - 10)."""
+    session_header: Optional[str] = None
+    """A fleet's: the header in which each call sends its session's key (`CallRequest.session_key`);
+    None: no such header."""
+    session_user: bool = False
+    """A fleet's: also send the session key as the request body's OpenAI ``user`` field."""
+    session_sub_agents: Literal["parent", "own"] = "parent"
+    """A fleet's: whose key a sub-agent's call carries (`CallRequest.session_key`)."""
+    replica_header: Optional[str] = None
+    """A fleet's: the response header that names the replica which served a call, recorded in its
+    `CallRecord.replica`; None: not read (records without a replica)."""
+    setup_url: Optional[str] = None
+    """Where the model list and ``/tokenize`` are asked (a fleet's replica: a router may list no model by
+    its name and have no /tokenize); None: `base_url`."""
 
     @property
     def root(self) -> str:
         """The base URL without a trailing slash or ``/v1``."""
-        url = self.base_url.rstrip("/")
-        return url[:-3] if url.endswith("/v1") else url
+        return _root(self.base_url)
+
+    @property
+    def setup_root(self) -> str:
+        """The root of `setup_url` (`root` without one)."""
+        return self.root if self.setup_url is None else _root(self.setup_url)
 
     def secrets(self) -> list[str]:
-        """The values that must never be written or shown: the API key, the header values, the URL's
+        """The values that must never be written or shown: the API key, the header values, the URLs'
         credentials (`simulator.redact`)."""
         headers = [value for name, value in self.headers.items() if name.lower() not in PLAIN_HEADERS]
-        return [v for v in (self.api_key, *headers, *url_secrets(self.base_url)) if v]
+        urls = [*url_secrets(self.base_url), *(url_secrets(self.setup_url) if self.setup_url else ())]
+        return [v for v in (self.api_key, *headers, *urls) if v]
+
+
+def _root(url: str) -> str:
+    """`url` without a trailing slash or ``/v1``."""
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def session_header_value(key: str) -> str:
+    """A session key as a header value: as it is when it is printable ASCII, else a digest of it (a
+    header cannot carry every character a task id may hold)."""
+    if key.isascii() and key.isprintable():
+        return key
+    return "sha1-" + hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class PreflightError(Exception):
@@ -203,6 +236,8 @@ class Client:
         for name, value in self._headers.items():
             if any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"header {name!r} holds a line break or NUL")
+        if target.session_header is not None and any(c in target.session_header for c in "\r\n\0: "):
+            raise ValueError(f"session key header {target.session_header!r} is no header name")
         self._redact = Redactor(target.secrets())
         self._stream_headers = {"Accept": "text/event-stream", **self._headers}
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=target.connect_timeout)
@@ -335,7 +370,7 @@ class Client:
         assert self._session is not None
         try:
             async with asyncio.timeout(self.target.stall_timeout), \
-                    self._session.get(self.target.root + "/v1/models", headers=self._headers) as resp:
+                    self._session.get(self.target.setup_root + "/v1/models", headers=self._headers) as resp:
                 body = await resp.read()
                 if resp.status >= 400:
                     raise _CallFailed(f"http_{resp.status // 100}xx", f"HTTP {resp.status}: {error_message(body)}",
@@ -361,18 +396,18 @@ class Client:
         run sends its calls. Raises `PreflightError` saying what failed (an unreachable server, an
         authentication failure, a wrong model, an error answer) in the server's own words; returns what
         was found: the model, the models listed, and the test call's TTFT and latency in seconds."""
-        where = mask_url(self.target.root)
+        where, listing = mask_url(self.target.root), mask_url(self.target.setup_root)
         try:
             models = await self._models()
         except _CallFailed as exc:
             unlisted = exc.status in (404, 405) and self.model is not None  # a server without /v1/models
             if not unlisted:
-                raise PreflightError(self._preflight_text(f"GET {where}/v1/models", exc.error_class, exc.status,
+                raise PreflightError(self._preflight_text(f"GET {listing}/v1/models", exc.error_class, exc.status,
                                                           exc.message)) from None
             models = []
         if self.model is not None and models and self.model not in models:
             listed = ", ".join(models[:10]) + (", ..." if len(models) > 10 else "")
-            raise PreflightError(f"model {self.model!r} is not served by {where}; it serves: {listed} "
+            raise PreflightError(f"model {self.model!r} is not served by {listing}; it serves: {listed} "
                                  "(set target.model to one of them, or leave it out to take the first)")
         if self.model is None:
             self.model = models[0]
@@ -382,9 +417,11 @@ class Client:
         except _CallFailed as exc:
             raise PreflightError(self._preflight_text(f"{where}: setup", exc.error_class, exc.status,
                                                       exc.message)) from None
+        # on chat, a few tokens of text past the template's own, so that the message is not empty (a
+        # router such as sglang-router refuses an empty one)
+        prompt = PREFLIGHT_PROMPT_TOKENS + (self.calibration.overhead_tokens if self.target.api == "chat" else 0)
         for attempt in range(PREFLIGHT_TRIES):
-            test = CallRequest("preflight", "preflight", 0, Call(input_tokens=PREFLIGHT_PROMPT_TOKENS, output_tokens=1),
-                               attempt)
+            test = CallRequest("preflight", "preflight", 0, Call(input_tokens=prompt, output_tokens=1), attempt)
             record, _ = await self.send(test, 0.0)
             if record.ok:
                 return {"model": self.model, "models": models[:20], "ttft_s": record.ttft, "latency_s": record.latency,
@@ -410,7 +447,7 @@ class Client:
     async def _tokenize(self, body: dict[str, Any]) -> Optional[dict[str, Any]]:
         assert self._session is not None
         try:
-            async with self._session.post(self.target.root + "/tokenize", json=body, headers=self._headers) as resp:
+            async with self._session.post(self.target.setup_root + "/tokenize", json=body, headers=self._headers) as resp:
                 if resp.status != 200:
                     return None
                 data = await resp.json(content_type=None)
@@ -434,6 +471,8 @@ class Client:
             head = orjson.dumps(fields)[:-1]
             if len(self._heads) < 4096:
                 self._heads[out] = head
+        if self.target.session_user:
+            head += b',"user":' + orjson.dumps(request.session_key(self.target.session_sub_agents))
         if self.target.api == "chat":
             return head + b',"messages":' + orjson.dumps(self.prompts.messages(request)) + b"}"
         return head + b',"prompt":' + self.prompts.token_ids_json(request) + b"}"
@@ -451,12 +490,16 @@ class Client:
             if not self._ready:
                 await self.setup()
             body = self._take_body(request)
+            headers = self._stream_headers
+            if self.target.session_header is not None:
+                key = request.session_key(self.target.session_sub_agents)
+                headers = {**headers, self.target.session_header: session_header_value(key)}
             started = time.perf_counter()
             if self.target.total_timeout is not None:
                 async with asyncio.timeout(self.target.total_timeout):
-                    await self._exchange(body, state)
+                    await self._exchange(body, state, headers)
             else:
-                await self._exchange(body, state)
+                await self._exchange(body, state, headers)
         except _CallFailed as exc:
             state.fail(exc.error_class, exc.message, exc.status)
             state.retry_after = exc.retry_after
@@ -484,12 +527,12 @@ class Client:
         actual = state.sent if state.sent is not None else started
         return self._record(request, intended_send, actual, end, state, state.gaps), state.gaps
 
-    async def _exchange(self, body: bytes, state: "_Stream") -> None:
+    async def _exchange(self, body: bytes, state: "_Stream", headers: dict[str, str]) -> None:
         assert self._session is not None
         session = self._session
         while True:
             try:
-                resp = await session.post(self._url, data=body, headers=self._stream_headers, trace_request_ctx=state)
+                resp = await session.post(self._url, data=body, headers=headers, trace_request_ctx=state)
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 # A kept-alive connection the server closed while idle (uvicorn does after 5 s) fails
@@ -503,6 +546,8 @@ class Client:
                 state.sent = None
         async with resp:
             state.status = status = resp.status
+            if self.target.replica_header is not None:
+                state.replica = resp.headers.get(self.target.replica_header)
             if status >= 400:
                 error = bytearray()
                 while len(error) < ERROR_BODY_LIMIT and (data := await resp.content.readany()):
@@ -539,6 +584,7 @@ class Client:
             error_class=state.error_class,
             error_message=self._redact(state.error_message),
             retry_after=state.retry_after,
+            replica=state.replica,
         )
 
 
@@ -624,7 +670,7 @@ class _Stream:
 
     __slots__ = (
         "sent", "reused", "status", "first", "last", "done", "chunks", "usage", "error_class", "error_message",
-        "gaps", "parser", "heard", "task", "stalled", "retry_after",
+        "gaps", "parser", "heard", "task", "stalled", "retry_after", "replica",
     )
 
     def __init__(self) -> None:
@@ -648,6 +694,8 @@ class _Stream:
         self.stalled = False
         self.retry_after: Optional[float] = None
         """Seconds the server's ``Retry-After`` asked for (on an HTTP error)."""
+        self.replica: Optional[str] = None
+        """The fleet replica that answered, by the target's `replica_header` (None: not read or not said)."""
 
     def stall(self, limit: float) -> None:
         """The server said nothing for `limit` seconds: interrupt the call's task (it records a stall)."""

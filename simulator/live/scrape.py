@@ -17,10 +17,10 @@ from .probes import MetricsProbe
 
 
 @contextlib.asynccontextmanager
-async def scraping(probe: Optional[MetricsProbe], t0: float,
-                    folder: Path) -> AsyncIterator[Optional[Callable[[], None]]]:
-    """Scrape /metrics while the block runs, appending the samples to server_metrics.jsonl; yields the
-    call that appends the new samples (None without a probe)."""
+async def scraping(probe: Optional[MetricsProbe], t0: float, folder: Path,
+                   name: str = server_metrics.SERVER_METRICS_FILE) -> AsyncIterator[Optional[Callable[[], None]]]:
+    """Scrape /metrics while the block runs, appending the samples to server_metrics.jsonl (or `name`
+    in `folder`); yields the call that appends the new samples (None without a probe)."""
     if probe is None:
         yield None
         return
@@ -28,7 +28,7 @@ async def scraping(probe: Optional[MetricsProbe], t0: float,
     probe.t0 = time.monotonic() - (time.perf_counter() - t0)
     # nothing was sent since the test scrape: it is the counters' baseline at t = 0
     probe.samples[:] = [dataclasses.replace(probe.samples[-1], t=0.0)]
-    log = server_metrics.SampleLog(folder)
+    log = server_metrics.SampleLog(folder, name)
     await probe.start()
     try:
         yield lambda: log.sync(probe.samples)

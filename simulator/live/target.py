@@ -28,9 +28,10 @@ def emulator_note(scenario: Scenario) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def open_target(scenario: Scenario) -> AsyncIterator[Any]:
+async def open_target(scenario: Scenario, **more: Any) -> AsyncIterator[Any]:
     """The client's Target: the scenario's (checked: its API key set, no credentials given twice), or
-    the built-in emulator started for this run."""
+    the built-in emulator started for this run; `more` are further `Target` settings (a fleet's session
+    and replica headers)."""
     from .client import Target
 
     spec = scenario.target
@@ -39,7 +40,7 @@ async def open_target(scenario: Scenario) -> AsyncIterator[Any]:
 
         emulator = scenario.emulator
         async with run_emulator(emulator.host, emulator.port, settings=emulator) as base_url:
-            yield Target(base_url=base_url, vocab_size=emulator.vocab_size, api_key=emulator.api_key)
+            yield Target(base_url=base_url, vocab_size=emulator.vocab_size, api_key=emulator.api_key, **more)
         return
     api_key = None
     if spec.api_key_env:
@@ -49,7 +50,7 @@ async def open_target(scenario: Scenario) -> AsyncIterator[Any]:
                              path="target.api_key_env", field="api_key_env")
     _check_credentials(scenario, api_key)
     fields = spec.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics"})
-    yield Target(api_key=api_key, **fields)
+    yield Target(api_key=api_key, **fields, **more)
 
 
 def _check_credentials(scenario: Scenario, api_key: Optional[str]) -> None:

@@ -44,6 +44,9 @@ class CallRecord:
     retry_after: Optional[float] = None
     """Seconds the server's ``Retry-After`` asked to wait before trying again (a 429 or 503), if it did;
     a retry then waits at least that long."""
+    replica: Optional[str] = None
+    """The fleet replica that served it, when the fleet says (live: the replica's response header,
+    `simulator.scenario.fleet.REPLICA_HEADER`; the twin: the replica the router model chose)."""
 
     @property
     def latency(self) -> float:

@@ -68,9 +68,18 @@ class LiveCounters:
     errors: Counter = field(default_factory=Counter)
 
 
+OMITTED_WHEN_NONE = frozenset({"replica"})
+"""Record fields left out of a line while unset, so that a run outside a fleet writes what it wrote
+before fleets came (reading back gives them their default, None)."""
+
+
 def record_dict(record: Any) -> dict[str, Any]:
     """A record's fields as a JSON-ready dict."""
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    for name in OMITTED_WHEN_NONE:
+        if name in out and out[name] is None:
+            del out[name]
+    return out
 
 
 class ResultWriter:

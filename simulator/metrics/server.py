@@ -48,6 +48,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "num_preemptions": ("vllm:num_preemptions_total",),
+    "request_success": ("vllm:request_success_total",),
     "prompt_tokens": ("vllm:prompt_tokens_total",),
     "generation_tokens": ("vllm:generation_tokens_total",),
     "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
@@ -138,10 +139,11 @@ class TimelineJoin:
 
 
 class SampleLog:
-    """Appends scrapes to server_metrics.jsonl as they come: `sync(samples)` writes the new ones."""
+    """Appends scrapes to server_metrics.jsonl (or `name` in `folder`: a fleet replica's file) as they
+    come: `sync(samples)` writes the new ones."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = Path(folder) / SERVER_METRICS_FILE
+    def __init__(self, folder: Path, name: str = SERVER_METRICS_FILE) -> None:
+        self.path = Path(folder) / name
         self._fh = open(self.path, "w", encoding="utf-8")
         self.written = 0
 

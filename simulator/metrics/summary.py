@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from . import histograms as H
 from . import results
 from ..errors import InputError
+from .figures import Figures
+from .fleet import FleetFigures
 from .records import CallRecord, TaskRecord
 from .results import Window
 from .slo import PERCENTILE_KEYS, PercentileTarget, Slo
@@ -33,24 +35,6 @@ SUMMARY_VERSION = 1
 
 CALL_METRICS = ("ttft", "tpot", "itl", "e2el")
 """The per-call latencies, each written flat as ``{stat}_{metric}_ms`` (vLLM's names)."""
-
-
-class Figures(BaseModel):
-    """A part of the summary. Keys it does not know are kept (a summary.json from a newer version loads
-    and dumps whole); fields whose JSON name is no identifier ('p99.9') have it as their alias."""
-
-    model_config = ConfigDict(extra="allow", validate_by_name=True, validate_by_alias=True,
-                              serialize_by_alias=True, use_attribute_docstrings=True)
-
-    @classmethod
-    def pick(cls, values: Mapping[str, Any]) -> Self:
-        """This part with its figures taken from `values` by their JSON names (other keys ignored)."""
-        return cls.model_validate({name: values[name] for name in
-                                   (f.alias or key for key, f in cls.model_fields.items())})
-
-    def to_dict(self) -> dict[str, Any]:
-        """The part as summary.json holds it: the figures that were set, in field order."""
-        return self.model_dump(mode="python", exclude_unset=True)
 
 
 class CallLatency(Figures):
@@ -323,6 +307,7 @@ class SimulationStats(Figures):
     kv_evicted_blocks: int = 0
     max_running: int = 0
     busy_fraction: float = 0.0
+    """Share of the simulated time the engine was stepping (a fleet: the mean over its replicas)."""
     calibration_rms_error: Optional[float] = None
     """The profile's calibration fit error (rms of predicted / measured - 1 over its sweep; None: the
     profile was not calibrated, or recorded no error)."""
@@ -392,6 +377,8 @@ class Summary(Figures):
     """A sharded run's shards, one line each (`simulator.pipeline.sharded`)."""
     ray: Optional[dict[str, Any]] = None
     """A sharded run's shard count and the shards lost."""
+    fleet: Optional[FleetFigures] = None
+    """A fleet run's replicas, balance and task moves (`simulator.metrics.fleet`)."""
 
     @model_validator(mode="before")
     @classmethod

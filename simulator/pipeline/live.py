@@ -15,7 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, AsyncContextManager, Callable, Iterator, Optional
 
 from ..gcpause import gc_frozen
 from ..live.ahead import get_ready
@@ -114,8 +114,8 @@ class LiveExecutor(LiveOptions):
                     describe_live(recorder, scenario, target, checked)
                     stopper.folder_made = True
                     with recorder.writer() as writer:
-                        result = await _replay(plan.workload, client, writer, probe, stopper, plan.driver,
-                                               on_progress=self.on_progress, on_driver=self.on_driver)
+                        result = await replay_workload(plan.workload, client, writer, probe, stopper, plan.driver,
+                                                       on_progress=self.on_progress, on_driver=self.on_driver)
                         writer.close()
                         itl = writer.itl
         server = server_summary(plan.folder, probe, note, recorder.server, scenario.run.scrape_interval, redact)
@@ -128,7 +128,12 @@ async def run_scenario(scenario: Scenario, workload: Workload, folder: Path, **o
     return await execute_async(plan_run(scenario, workload, folder), LiveExecutor(**options))
 
 
-async def _replay(
+Scraping = Callable[[float], AsyncContextManager[Optional[Callable[[], None]]]]
+"""What scrapes servers while a replay runs: given the run's t0 (`time.perf_counter`), a block that
+yields the call appending the new samples (`simulator.live.scrape.scraping` is one)."""
+
+
+async def replay_workload(
     workload: Workload,
     client: Any,
     writer: ResultWriter,
@@ -138,9 +143,10 @@ async def _replay(
     *,
     on_progress: Optional[Callable[[Progress], None]],
     on_driver: Optional[Callable[[Driver], None]],
+    scrape: Optional[Scraping] = None,
 ) -> DriverResult:
-    """Drive the workload through `client`, scraping the target's /metrics meanwhile where it has them;
-    returns how the run ended."""
+    """Drive the workload through `client`, scraping the target's /metrics meanwhile where it has them
+    (or, with `scrape`, whatever it scrapes: a fleet's replicas); returns how the run ended."""
     # the schedule starts once the client is set up (model lookup, calibration, preflight), so that
     # setup is not charged to the first calls as lag; so are the warm pool and the first bodies
     ahead = await get_ready(client, workload)
@@ -154,7 +160,8 @@ async def _replay(
             driver.stop()
         if on_driver is not None:
             on_driver(driver)
-        async with scraping(probe, t0, writer.folder) as sync_samples, ahead.running(driver.now):
+        watching = scraping(probe, t0, writer.folder) if scrape is None else scrape(t0)
+        async with watching as sync_samples, ahead.running(driver.now):
             return await _drive(driver, writer, len(workload.tasks), on_progress, on_tick=sync_samples)
 
 

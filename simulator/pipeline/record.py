@@ -12,6 +12,7 @@ from hdrh.histogram import HdrHistogram
 
 from ..metrics import histograms, results
 from ..metrics import server as server_metrics
+from ..metrics.fleet import FleetFigures
 from ..metrics.folder import run_info
 from ..metrics.results import ResultWriter
 from ..metrics.summary import SimulationStats, Summary, from_tally
@@ -36,6 +37,8 @@ class Outcome:
     shards: Optional[list[dict[str, Any]]] = None
     ray: Optional[dict[str, Any]] = None
     tally: Optional[RunTally] = None
+    fleet: Optional[FleetFigures] = None
+    """A fleet run's ``fleet`` section (`simulator.metrics.fleet.fleet_figures`)."""
 
 
 class Recorder:
@@ -85,6 +88,8 @@ class Recorder:
             summary.shards = outcome.shards
         if outcome.ray is not None:
             summary.ray = outcome.ray
+        if outcome.fleet is not None:
+            summary.fleet = outcome.fleet
         histograms.save(plan.folder / results.HISTOGRAMS_FILE, hists)
         results.write_json(plan.folder, results.SUMMARY_FILE, summary.to_dict())
         return summary

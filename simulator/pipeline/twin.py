@@ -8,8 +8,12 @@ summary computed by the same code as a live run's, its ``server`` section and se
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
+
+import simpy
+from hdrh.histogram import HdrHistogram
 
 from ..behaviour import RetryPolicy
 from ..metrics import server as server_metrics
@@ -19,7 +23,7 @@ from ..metrics.slo import Slo
 from ..metrics.summary import SimulationBand, SimulationStats, Summary, from_tally
 from ..sim.band import DEFAULT_DRAWS, simulate_band
 from ..sim.coverage import CallShapes, calibrated_region, coverage
-from ..sim.driver import SimDriver, SimResult
+from ..sim.driver import RoutedServer, ScrapeSink, SimDriver, SimResult
 from ..sim.profile import ServerProfile
 from ..sim.uncertainty import uncertainty
 from ..workload import Workload
@@ -45,36 +49,61 @@ class TwinExecutor:
     def replay(self, plan: RunPlan, recorder: Recorder) -> Outcome:
         profile, interval = self.profile, plan.scrape_interval
         started = time.perf_counter()
-        samples: Optional[list[server_metrics.Sample]] = [] if interval is not None else None
         recorder.describe(simulated=True, profile=profile.name, profile_settings=profile.model_dump(mode="json"))
-        region = calibrated_region(profile)
-        with recorder.writer() as writer:
-            log = server_metrics.SampleLog(plan.folder) if samples is not None else None
-            shapes = CallShapes(writer, plan.window) if region is not None else None
-
-            def scraped(t: float, values: dict[str, float]) -> None:
-                log.add(t, values)
-                samples.append(server_metrics.Sample(t, values))
-
-            try:
-                driver = SimDriver(plan.workload, profile, shapes or writer, keep_gaps=self.keep_gaps,
-                                   fast_decode=self.fast_decode, scrape_interval=interval,
-                                   on_scrape=scraped if log is not None else None, **plan.driver)
-                result = driver.run()
-            finally:
-                if log is not None:
-                    log.close()
-            writer.close()
-            itl = writer.itl if self.keep_gaps else None
-        simulation = _simulation_stats(profile, driver, result, wall=time.perf_counter() - started)
-        simulation.coverage = (None if region is None or shapes is None
-                               else coverage(region, shapes.shapes(), profile.scheduler.max_num_seqs))
+        run = simulate_plan(plan, recorder, profile, keep_gaps=self.keep_gaps, fast_decode=self.fast_decode)
+        simulation = simulation_stats(profile, run, run.driver.twin.kv.evictions, wall=time.perf_counter() - started)
         if self.band_draws > 0:
             nominal, _ = from_tally(recorder.tally, planned=plan.planned)
             simulation.band = plan_band(plan, profile, nominal, self.band_draws, fast_decode=self.fast_decode)
-        server = server_metrics.summarize(plan.folder, recorder.server, samples, interval_s=interval,
-                                          note=None if samples is not None else "the twin was not sampled")
-        return Outcome(result, itl, server, simulation=simulation)
+        server = server_metrics.summarize(plan.folder, recorder.server, run.samples, interval_s=interval,
+                                          note=None if run.samples is not None else "the twin was not sampled")
+        return Outcome(run.result, run.itl, server, simulation=simulation)
+
+
+@dataclass
+class TwinRun:
+    """A plan simulated into its folder's records (`simulate_plan`)."""
+
+    driver: SimDriver
+    result: SimResult
+    itl: Optional[HdrHistogram]
+    """Every gap's ITL histogram (None: approximated from each call's mean gap)."""
+    region: Any
+    """The profile's calibrated region of call shapes (None: uncalibrated)."""
+    shapes: Optional[CallShapes]
+    samples: Optional[list[server_metrics.Sample]]
+    """The twin's /metrics samples, also in server_metrics.jsonl (None: not sampled, or a fleet's)."""
+
+
+def simulate_plan(plan: RunPlan, recorder: Recorder, profile: ServerProfile, *, keep_gaps: bool, fast_decode: bool,
+                  server: Optional[Callable[[simpy.Environment], RoutedServer]] = None,
+                  on_scrape: Optional[ScrapeSink] = None) -> TwinRun:
+    """Replay `plan` on the twin of `profile` (or on `server`, built on the driver's environment: a fleet),
+    streaming the records through `recorder`'s writer. The twin's /metrics are sampled every
+    `plan.scrape_interval` simulated seconds into server_metrics.jsonl; a `server`'s samples go to
+    `on_scrape` instead."""
+    interval = plan.scrape_interval
+    samples: Optional[list[server_metrics.Sample]] = [] if interval is not None and server is None else None
+    region = calibrated_region(profile)
+    with recorder.writer() as writer:
+        log = server_metrics.SampleLog(plan.folder) if samples is not None else None
+        shapes = CallShapes(writer, plan.window) if region is not None else None
+
+        def scraped(t: float, values: dict[str, float]) -> None:
+            log.add(t, values)
+            samples.append(server_metrics.Sample(t, values))
+
+        try:
+            driver = SimDriver(plan.workload, profile, shapes or writer, keep_gaps=keep_gaps, fast_decode=fast_decode,
+                               scrape_interval=interval if log is not None or on_scrape is not None else None,
+                               on_scrape=scraped if log is not None else on_scrape, server=server, **plan.driver)
+            result = driver.run()
+        finally:
+            if log is not None:
+                log.close()
+        writer.close()
+        itl = writer.itl if keep_gaps else None
+    return TwinRun(driver, result, itl, region, shapes, samples)
 
 
 def plan_band(plan: RunPlan, profile: ServerProfile, nominal: Summary, draws: int = DEFAULT_DRAWS, *,
@@ -115,12 +144,14 @@ def simulate_to_folder(
                                       band_draws=band_draws))
 
 
-def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimResult, wall: float) -> SimulationStats:
-    """The summary's ``simulation`` section: what the twin did, the wall time it took, and how far the
-    profile behind it is known to be right (`simulator.sim.uncertainty`)."""
+def simulation_stats(profile: ServerProfile, run: TwinRun, evicted_blocks: int, wall: float) -> SimulationStats:
+    """The summary's ``simulation`` section: what the twin did (`evicted_blocks`: KV blocks evicted), the
+    wall time it took, how far the profile behind it is known to be right (`simulator.sim.uncertainty`)
+    and which share of the calls lie outside its calibrated shapes."""
+    outcome = run.result
     stats = outcome.twin
     known = uncertainty(profile)
-    return SimulationStats(
+    simulation = SimulationStats(
         profile=profile.name,
         calibrated=profile.calibrated,
         simulated_seconds=outcome.end,
@@ -129,7 +160,7 @@ def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimRes
         preemptions=stats.preemptions,
         prefill_tokens=stats.prefill_tokens,
         cached_prompt_tokens=stats.cached_tokens,
-        kv_evicted_blocks=driver.twin.kv.evictions,
+        kv_evicted_blocks=evicted_blocks,
         max_running=stats.max_running,
         busy_fraction=stats.busy_time / outcome.end if outcome.end > 0 else 0.0,
         calibration_rms_error=known.rms_error,
@@ -138,3 +169,6 @@ def _simulation_stats(profile: ServerProfile, driver: SimDriver, outcome: SimRes
         uncalibrated=list(known.uncalibrated),
         uncertainty=known.statement(),
     )
+    simulation.coverage = (None if run.region is None or run.shapes is None
+                           else coverage(run.region, run.shapes.shapes(), profile.scheduler.max_num_seqs))
+    return simulation

@@ -54,6 +54,10 @@ def figure_paths(summaries: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, 
                                ("failed", "failed", False), ("cancelled", "cancelled", False),
                                ("interrupted", "interrupted", False), ("not_started", "not started", False)):
         yield "tasks judged", f"tasks {label}", ("tasks", key), higher
+    if any(s.get("fleet") for s in summaries):
+        yield "fleet", "prefix-hit share (replicas' /metrics)", ("fleet", "prefix_hit_share"), True
+        yield "fleet", "imbalance (most calls on one replica / mean)", ("fleet", "imbalance"), False
+        yield "fleet", "share of tasks that moved replica", ("fleet", "moves", "moved_share"), False
 
 
 def compare_many(summaries: Sequence[Summary]) -> list[dict[str, Any]]:

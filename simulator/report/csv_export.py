@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..metrics import results
 from ..metrics import server as server_metrics
+from ..metrics.fleet import ReplicaFigures
 from ..metrics.records import CallRecord, TaskRecord
 from ..metrics.summary import Summary
 from .compare import compare_many, letters
@@ -64,7 +65,8 @@ def task_counts(summary: Summary) -> Iterator[list[Any]]:
 
 def write_run(folder: Path, out: Path) -> list[Path]:
     """calls.csv, tasks.csv (the records), summary.csv (path, value), task_counts.csv (how the judged
-    tasks ended, overall and per class) and, with scrapes, server_metrics.csv."""
+    tasks ended, overall and per class), with scrapes server_metrics.csv, and for a fleet replicas.csv
+    (summary.json's per-replica figures, one row per replica)."""
     from ..metrics.summary import load_summary
 
     out = Path(out)
@@ -83,6 +85,10 @@ def write_run(folder: Path, out: Path) -> list[Path]:
         columns = [scrapes.t, *(scrapes.values[k] for k in keys)]
         rows = ([None if v != v else v for v in row] for row in zip(*(c.tolist() for c in columns)))  # NaN: empty
         written.append(_write(out / "server_metrics.csv", ["t", *keys], rows))
+    if summary.fleet is not None:
+        fields = list(ReplicaFigures.model_fields)
+        written.append(_write(out / "replicas.csv", fields,
+                              ([getattr(r, f) for f in fields] for r in summary.fleet.replicas)))
     return written
 
 

@@ -40,6 +40,9 @@ class CallColumns:
     """The first failed attempt of each error class."""
     statuses: dict[str, set[int]]
     """The HTTP statuses seen per error class."""
+    replica: Optional[np.ndarray] = None
+    """The fleet replica each call's response named (None where none did); None for a run no call of
+    which named one."""
 
     def __len__(self) -> int:
         return int(self.end.size)
@@ -49,7 +52,7 @@ class CallColumns:
         """The columns of these records."""
         builder = _CallBuilder()
         for c in records:
-            builder.add(c.actual_send, c.intended_send, c.end, c.output_tokens, c if not c.ok else None)
+            builder.add(c.actual_send, c.intended_send, c.end, c.output_tokens, c if not c.ok else None, c.replica)
         return builder.columns()
 
     @classmethod
@@ -69,7 +72,8 @@ class CallColumns:
                     if not line.endswith(b"\n"):
                         raise ValueError("a last line cut short")
                     builder.add(float(row["actual_send"]), float(row["intended_send"]), float(row["end"]),
-                                int(row["output_tokens"]), None if row["ok"] is True else CallRecord(**row))
+                                int(row["output_tokens"]), None if row["ok"] is True else CallRecord(**row),
+                                row.get("replica"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError):
             return cls.read(results.iter_calls(folder))
         return builder.columns()
@@ -84,9 +88,15 @@ class _CallBuilder:
         self.failed: list[str] = []
         self.first: dict[str, CallRecord] = {}
         self.statuses: dict[str, set[int]] = {}
+        self.replicas: list[Optional[str]] = []
+        self.named = False
 
-    def add(self, send: float, intended: float, end: float, tokens: int, failure: Optional[CallRecord]) -> None:
-        """One call; `failure` is the call's record when it failed, None when it succeeded."""
+    def add(self, send: float, intended: float, end: float, tokens: int, failure: Optional[CallRecord],
+            replica: Optional[str] = None) -> None:
+        """One call; `failure` is the call's record when it failed, None when it succeeded; `replica` the
+        fleet replica that answered it, when known."""
+        self.replicas.append(replica)
+        self.named = self.named or replica is not None
         self.send.append(send)
         self.intended.append(intended)
         self.end.append(end)
@@ -103,7 +113,8 @@ class _CallBuilder:
         """The calls added so far, as `CallColumns`."""
         return CallColumns(np.array(self.send, dtype=np.float64), np.array(self.intended, dtype=np.float64),
                            np.array(self.end, dtype=np.float64), np.array(self.ok, dtype=bool),
-                           np.array(self.tokens, dtype=np.int64), self.failed, self.first, self.statuses)
+                           np.array(self.tokens, dtype=np.int64), self.failed, self.first, self.statuses,
+                           np.array(self.replicas, dtype=object) if self.named else None)
 
 
 @dataclass
@@ -233,7 +244,15 @@ class RunData:
 
 def served_by(info: dict[str, Any], summary: Summary) -> str:
     """What served a run, from its run.json (`info`) and summary: the twin of a profile, the built-in
-    emulator with the timing it ran, or a server's URL ("" when nothing says)."""
+    emulator with the timing it ran, or a server's URL ("" when nothing says); for a fleet, its replicas
+    and router policy first."""
+    fleet = summary.fleet
+    if fleet is not None:
+        kind = (info.get("fleet") or {}).get("kind")
+        what = f"{len(fleet.replicas)} {kind + ' ' if kind and kind != 'twin' else ''}replicas behind " \
+               f"{'the router model' if info.get('simulated') else 'sglang-router'} ({fleet.policy or '?'})"
+        rest = served_by(info, summary.model_copy(update={"fleet": None}))
+        return f"a fleet of {what}: {rest}" if rest else f"a fleet of {what}"
     if info.get("simulated") or summary.simulation is not None:
         profile = info.get("profile") or (summary.simulation.profile if summary.simulation else "")
         return f"simulated on the twin of {profile}" if profile else "simulated on the twin"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import coverage, run_figures, run_tables, timeline
+from . import coverage, fleet, fleet_timeline, run_figures, run_tables, timeline
 from .cells import number, started
 from .folder_data import RunData
 from .page import Report, Section, Table
@@ -72,8 +72,13 @@ def build_run_report(run: RunData) -> Report:
         band = run_tables.band_table(run)
         if band is not None:
             tasks.tables.append(band)
+    replicas = Section("Fleet", anchor="fleet")
+    if summary.fleet is not None:
+        replicas.charts += [c for c in (fleet_timeline.replica_timeline(run),) if c]
+        replicas.tables += [t for t in (fleet.replica_table(run.summary_json),) if t]
+        replicas.notes += fleet.fleet_line(run.summary_json).splitlines()
     errors = Section("Errors", anchor="errors", tables=[t for t in (run_tables.errors_table(run),
                                                                      run_tables.messages_table(run)) if t])
     ran = Section("What ran", anchor="run", tables=[info_table(run), run_tables.accounting_table(run)])
-    report.sections = [s for s in (slo, tasks, calls, over_time, errors, ran) if s.charts or s.tables or s.notes]
+    report.sections = [s for s in (slo, tasks, calls, over_time, replicas, errors, ran) if s.charts or s.tables or s.notes]
     return report

@@ -260,3 +260,51 @@ def twin_chart(study: Study) -> Optional[Chart]:
     return Chart("study-twin", "Twin predicted against measured", fig,
                  "Each config's objective as the twin predicted it and as the live runs measured it; on the dotted "
                  "line the twin was exact.")
+
+
+@plots.in_style
+def policy_chart(study: Study) -> Optional[Chart]:
+    """The router policies side by side: each fleet config's prefix-hit share against its imbalance (the
+    trade a router makes between keeping a session on the replica that holds its prefix and spreading the
+    load), and its task p95 per task class beside it."""
+    fleets = [(i, c) for i, c in enumerate(study.configs) if c.fleet is not None]
+    traded = [(i, c) for i, c in fleets if c.fleet.imbalance is not None and c.fleet.prefix_hit_share is not None]
+    classes = sorted({name for _, c in fleets for name in c.fleet.by_class})
+    timed = [(i, c) for i, c in fleets if any(t.task_p95_s is not None for t in c.fleet.by_class.values())]
+    if not traded and not timed:
+        return None
+    fig = plots.new_figure(11.0, 2.4 + 0.45 * max(len(fleets), 4))
+    left, right = plots.subplots(fig, ncols=2)
+    markers = "osD^vP*Xph"
+    for k, (i, c) in enumerate(traded):
+        f = c.fleet
+        # configs of similar trade sit on one another: each its own marker, named in the legend
+        left.plot([f.imbalance], [100 * f.prefix_hit_share], markers[k % len(markers)], color=plots.colour(i),
+                  markersize=9, markeredgecolor="black", alpha=0.85, label=plots.plain(c.name))
+    left.axvline(1.0, color="#888888", linestyle=":", linewidth=1.0)
+    if traded:
+        left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), ncols=3, fontsize=7.5, frameon=False)
+    left.set_xlabel("imbalance: most calls on one replica / mean (1: even)")
+    left.set_ylabel("prefix-cache hit share (%)")
+    left.margins(x=0.25, y=0.15)
+    plots.plain_ticks(left)
+    y = np.arange(len(timed))[::-1]
+    height = 0.8 / max(len(classes), 1)
+    for k, name in enumerate(classes):
+        values = [c.fleet.by_class[name].task_p95_s if name in c.fleet.by_class else None for _, c in timed]
+        ys = [yi + (k - (len(classes) - 1) / 2) * height for yi in y]
+        shown = [(yi, v) for yi, v in zip(ys, values) if v is not None]
+        if shown:
+            right.barh([s[0] for s in shown], [s[1] for s in shown], height=height * 0.9, color=plots.colour(k),
+                       label=plots.plain(name))
+    right.set_yticks(y, [plots.plain(c.name) for _, c in timed])
+    right.set_xlabel("task completion time p95 (s)")
+    plots.plain_ticks(right, y=False)
+    if classes:
+        right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), ncols=3, fontsize=7.5, frameon=False,
+                     title="task class", title_fontsize=8)
+    return Chart("study-policies", "Router policies: cache hits, balance and task time", fig,
+                 "Left: each fleet config's prefix-cache hit share (the replicas' own counters) against how unevenly "
+                 "its router spread the calls; a router that keeps sessions where their prefixes are hits more and "
+                 "balances less. Right: the p95 of task completion time per task class. Both at each config's "
+                 "ranking points, repeats pooled.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from . import study_figures
+from . import study_figures, study_fleet
 from .cells import figure, number
 from .page import Cell, KeyFigure, Report, Section, Table
 from ..study.model import OBJECTIVE_LABELS, OBJECTIVE_NAMES, Pair, Study
@@ -231,6 +231,13 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
         ranking.notes.append(f"Twin: {twin.note}")
     if twin is not None:
         ranking.notes += [f"Twin: {text}" for text in twin.within_band]
+    fleets = Section("Fleets and routers", anchor="fleets", tables=study_fleet.tables(study, data),
+                     notes=study_fleet.sizing_lines(study))
+    fleets.charts += [c for c in (study_figures.policy_chart(study),) if c]
+    if study.sizing is not None:
+        report.key_figures.append(KeyFigure(f"fewest replicas for {study_fleet.rate_text(study.sizing)}",
+                                            figure(data, ("sizing", "replicas")) if study.sizing.replicas is not None
+                                            else Cell("none", tone="bad")))
     load = Section("Load", anchor="load")
     load.charts += [c for c in (study_figures.goodput_chart(study), study_figures.task_time_chart(study)) if c]
     cost = Section("Cost", anchor="cost")
@@ -240,5 +247,6 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
     twin_section = Section("Twin against measurement", anchor="twin")
     twin_section.charts += [c for c in (study_figures.twin_chart(study),) if c]
     points = Section("Points", anchor="points", tables=[points_table(study, data)])
-    report.sections = [s for s in (ranking, load, cost, quality, twin_section, points) if s.charts or s.tables or s.notes]
+    report.sections = [s for s in (ranking, fleets, load, cost, quality, twin_section, points)
+                       if s.charts or s.tables or s.notes]
     return report

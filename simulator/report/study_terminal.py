@@ -9,6 +9,7 @@ from typing import Optional
 from rich.console import Console
 
 from ..study.model import MIN_REPEATS_FOR_CI, OBJECTIVE_LABELS, CapacityResult, ConfigResult, Pair, Study, TwinBand
+from . import study_fleet
 from .cells import band_range as bracketed
 from .cells import number
 from .fit import Grid
@@ -56,7 +57,8 @@ def quality_text(c: ConfigResult) -> str:
 def gpu_text(c: ConfigResult) -> str:
     g = c.gpu
     if g is None or not g.available:
-        return "-" if c.kind == "twin" else "absent"
+        on_twin = c.kind == "twin" or (g is not None and (g.note or "").startswith("twin"))  # a fleet's twin too
+        return "-" if on_twin else "absent"
     per_task = f", {number(g.joules_per_task)} J/task" if g.joules_per_task is not None else ""
     return f"{number((g.memory_used_max_bytes or 0) / 2**30)} GiB, {number(g.utilisation_mean_perc)}%{per_task}"
 
@@ -157,6 +159,8 @@ def summary_lines(study: Study) -> list[str]:
         for c in study.ranking.comparisons:
             lines += [f"  {text}" for text in (c.verdict, c.band_verdict) if text]
     lines += [f"note: {note}" for note in study.notes]
+    lines += study_fleet.sizing_lines(study)
+    lines += study_fleet.note_lines(study)
     lines += statistics_lines(study)
     lines += band_lines(study)
     if any(c.capacity is not None for c in study.configs):
@@ -202,8 +206,9 @@ def statistics_lines(study: Study) -> list[str]:
 
 def print_study(study: Study, console: Console) -> None:
     """Print the table, split to fit the console, and the lines under it."""
-    for table in study_grid(study).tables(console.width):
-        console.print(table)
+    for grid in [study_grid(study), *study_fleet.grids(study)]:
+        for table in grid.tables(console.width):
+            console.print(table)
     if study.failed_points:
         console.print(f"{len(study.failed_points)} point(s) failed; see the HTML report or study.json")
     for line in summary_lines(study):

@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, WithJsonSche
 
 from .. import validation
 from ..emulator.settings import EmulatorSection
+from .fleet import FleetSpec
 from ..metrics.slo import Slo
 from ..transforms import TransformSpec
 from ..workload import MAX_SECONDS, MAX_TOKENS
@@ -108,7 +109,9 @@ class WorkloadSpec(_Strict):
 class TargetSpec(_Strict):
     """The server under test: an OpenAI-compatible endpoint (vLLM, ...)."""
 
-    base_url: str = Field(description="e.g. http://localhost:8000 (the /v1/... paths are added).")
+    base_url: Optional[str] = Field(
+        None, description="e.g. http://localhost:8000 (the /v1/... paths are added). Required, except with a `fleet`, "
+        "whose router is the target.")
     model: Optional[str] = Field(None, description="Model name to send (default: the server's first model).")
     api: Literal["completions", "chat"] = Field(
         "completions", description="completions: token-id prompts of exact length; chat: calibrated text."
@@ -135,7 +138,9 @@ class TargetSpec(_Strict):
     # The checks below never echo the value: a URL or a header may hold a credential.
     @field_validator("base_url")
     @classmethod
-    def _check_base_url(cls, value: str) -> str:
+    def _check_base_url(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
@@ -214,6 +219,9 @@ class Scenario(_Strict, FileModel):
         json_schema_extra={"title": "Emulator", "properties": {"profile": {
             "type": "string", "description": "Server profile (preset name or YAML path) whose twin serves the requests."}}},
     )
+    fleet: Optional[FleetSpec] = Field(
+        None, description="Replicas behind a router instead of one server (simulator.scenario.fleet.FleetSpec); "
+        "`target` then holds only the call settings (model, api, headers, timeouts), and its base_url is the router's.")
     run: RunSpec = Field(default_factory=RunSpec)
     slo: Slo = Field(default_factory=Slo)
 
@@ -224,6 +232,13 @@ class Scenario(_Strict, FileModel):
 
     @model_validator(mode="after")
     def _target_or_emulator(self) -> "Scenario":
+        if self.fleet is not None:
+            if self.emulator.model_fields_set:
+                raise ValueError("with a `fleet`, the emulator's settings go in `fleet.emulator`")
+            if self.target is not None and self.target.base_url is not None:
+                raise ValueError("with a `fleet`, the target is its router: give an existing router as "
+                                 "`fleet.router.url`, not `target.base_url`")
+            return self
         if self.target is not None and self.emulator.model_fields_set:
             raise ValueError("`emulator` settings apply only without a `target` (the run would not start the "
                              "emulator): remove one of them (--set emulator=null drops the emulator settings)")

@@ -158,10 +158,16 @@ class DecodeGroup:
             return self.residues[-h % bs]
         full, part = divmod(moved, bs)
         need = full * self.size
-        residues = self.residues
-        # a member's blocks grow by one for each multiple of bs in [a + h, a + horizon)
-        for j in range(part):
-            need += residues[(-h - j) % bs]
+        if part:
+            # a member's blocks grow by one for each multiple of bs in [a + h, a + horizon): those
+            # of residues (-h - j) % bs for j < part, a window of `residues` read downwards from top
+            residues = self.residues
+            top = -h % bs
+            low = top - part + 1
+            if low >= 0:
+                need += sum(residues[low:top + 1])
+            else:
+                need += sum(residues[:top + 1]) + sum(residues[bs + low:])
         return need
 
     def room(self) -> int:

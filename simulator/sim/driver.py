@@ -14,6 +14,9 @@ With `scrape_interval`, the driver also plays a live run's /metrics probe: a Sim
 twin every that many simulated seconds (`simulator.sim.scrape`), from 0 on a fixed grid, plus once when
 the last task ends (or at the drain deadline), and hands each sample to `on_scrape`. Its timeouts are
 events like any other, so the twin's runs of decode steps stop at them; the records stay the same.
+
+A fleet (`simulator.fleet.twin.FleetTwin`, the `server` argument) takes the twin's place: each call is
+sent with its session key to the fleet's router model, and its record names the replica that served it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
 
 import simpy
 
@@ -55,6 +58,22 @@ class ListSink:
         self.tasks.append(record)
 
 
+class RoutedServer(Protocol):
+    """A server of several replicas behind a router, in the driver's environment (`simulator.fleet.twin.FleetTwin`):
+    a call is submitted with its session key and comes back with the name of the replica that served it."""
+
+    max_model_len: int
+    sub_agents: str
+    """Whose key a sub-agent's calls carry: ``parent`` or ``own`` (`CallRequest.session_key`)."""
+
+    @property
+    def stats(self) -> TwinStats: ...
+
+    def submit_call_raw(self, call: Any, key: str) -> tuple[simpy.Event, str]: ...
+
+    def scraper(self) -> Any: ...
+
+
 @dataclass
 class SimResult(DriverResult):
     """How a simulated run ended, with the twin's counters."""
@@ -71,15 +90,20 @@ class SimDriver:
     (a task waiting for its turn shows the wait as client lag), and `drain` seconds after the last
     arrival whatever still runs is cut off, recorded as ``cancelled``. With `scrape_interval` (seconds,
     > 0), `on_scrape` gets a sample of the twin's /metrics every that many simulated seconds (see the
-    module docstring)."""
+    module docstring). `server`, given the driver's SimPy environment, builds what serves the calls
+    instead of the twin of `profile`: a fleet of replica twins behind a router (`RoutedServer`), to
+    which each call goes with its session key, and whose records name the replica that served them."""
 
     def __init__(self, workload: Union[Workload, Iterable[Task]], profile: ServerProfile, sink: RecordSink, *,
                  retry: RetryPolicy = RetryPolicy(), keep_gaps: bool = False, fast_decode: bool = True,
                  duration: Optional[float] = None, max_in_flight: Optional[int] = None,
                  drain: Optional[float] = None, scrape_interval: Optional[float] = None,
-                 on_scrape: Optional[ScrapeSink] = None) -> None:
+                 on_scrape: Optional[ScrapeSink] = None,
+                 server: Optional[Callable[[simpy.Environment], RoutedServer]] = None) -> None:
         self.env = simpy.Environment()
-        self.twin = make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode)
+        self.fleet: Optional[RoutedServer] = server(self.env) if server is not None else None
+        self.twin: Any = (self.fleet if self.fleet is not None
+                          else make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode))
         self.total: Optional[int] = None
         if isinstance(workload, Workload):
             self.tasks: Iterable[Task] = sorted(workload.tasks, key=lambda t: t.arrival)
@@ -104,7 +128,8 @@ class SimDriver:
             raise ValueError("scrape_interval and on_scrape go together")
         self.scrape_interval = scrape_interval
         self._on_scrape = on_scrape
-        self.scraper = TwinScraper(self.twin) if self.scrape_interval is not None else None
+        self.scraper = (None if self.scrape_interval is None else TwinScraper(self.twin) if self.fleet is None
+                        else self.fleet.scraper())
         self._last_scrape: Optional[float] = None
         """Time of the latest sample; None before the first."""
         self._scraping_over = False
@@ -156,6 +181,7 @@ class SimDriver:
         """Process carrying out one task's effects in simulated time; its value is the task's outcome."""
         env = self.env
         twin = self.twin
+        fleet = self.fleet
         scraper = self.scraper
         max_model_len = twin.max_model_len
         children: list[simpy.Process] = []
@@ -167,10 +193,15 @@ class SimDriver:
                 now = env.now
                 run.sending(request, now)
                 if call.input_tokens + max(1, call.output_tokens) <= max_model_len:  # Twin.fits, inlined
-                    done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                    if fleet is None:
+                        replica = None
+                        done = yield twin.submit_call_raw(call)  # the twin's request: see Twin.submit_call_raw
+                    else:
+                        routed, replica = fleet.submit_call_raw(call, request.session_key(fleet.sub_agents))
+                        done = yield routed
                     if scraper is not None:
                         scraper.ended(done)
-                    record = _served(request, run.anchor, now, done)
+                    record = _served(request, run.anchor, now, done, replica)
                     self.sink.call(record, done.gaps if done.gaps is not None else ())
                 else:
                     record = self._rejected(request, run.anchor, now)
@@ -252,15 +283,17 @@ class SimDriver:
         return record
 
 
-def _served(request: CallRequest, intended: float, sent: float, done: TwinRequest) -> CallRecord:
-    """The record of a call the twin served (`done` is the twin's request record)."""
+def _served(request: CallRequest, intended: float, sent: float, done: TwinRequest,
+            replica: Optional[str] = None) -> CallRecord:
+    """The record of a call the twin served (`done` is the twin's request record; `replica` the fleet's
+    replica that served it)."""
     end = done.last_token
     first = done.first_token
     count = done.itl_count
     return call_record(
         request, intended, sent, end, ttft=first - sent, itl_count=count,
         itl_mean=(end - first) / count if count else None, itl_max=done.itl_max if count else None,
-        output_tokens=done.generated, cached_tokens=done.cached_tokens or 0, status=200)
+        output_tokens=done.generated, cached_tokens=done.cached_tokens or 0, status=200, replica=replica)
 
 
 @contextmanager

@@ -14,6 +14,8 @@
 - ``prompt_tokens``, ``prompt_tokens_cached``: counted when a request emits its first token: its
   prompt, and the tokens the prefix cache gave it at its first admission.
 - ``generation_tokens``: output tokens emitted so far; ``num_preemptions``: preemptions so far.
+- ``request_success``: requests the engine finished so far (the twin's ``finished``, which the
+  emulator's ``vllm:request_success_total`` serves too), so a fleet's per-replica counts add up to its calls.
 
 Counters are cumulative from the run's start, as vLLM's are. Left out, because the twin does not model
 them: the speculative-decoding counters (the twin emits the expected rate, not drafts and
@@ -39,7 +41,8 @@ PROMPTED = 2
 """Flag: the request's prompt is counted in ``prompt_tokens`` (its first token was emitted)."""
 
 KEYS = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries",
-        "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens", "prompt_tokens_cached")
+        "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens", "prompt_tokens_cached",
+        "request_success")
 """The values of a sample, in the probe's names."""
 
 
@@ -108,4 +111,5 @@ class TwinScraper:
             "prompt_tokens": float(self.prompted),
             "generation_tokens": float(stats.output_tokens + generated),
             "prompt_tokens_cached": float(self.prompted_cached),
+            "request_success": float(stats.finished),
         }

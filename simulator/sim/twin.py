@@ -51,14 +51,23 @@ time. The records are the same as stepping one by one without the group (tests c
 per-token work in the API server, the delivery times of a run's steps are worked out as it is planned,
 but for its last step's: nothing reaches the API server before the run's last step begins, since the run
 stops at the next event, so its queue is the same as when stepping one by one.
+
+Planning ahead (a fleet's replica, `simulator.fleet.replica`): a twin whose class sets `_plans_ahead`
+may plan a run past the next event, up to its `_horizon_ahead`. It keeps the run's step end times, takes
+its KV blocks only when it ends (checking when it is planned that they are there), and cuts it short
+when a request is sent to it or reaches its waiting queue, or when `sync` is called before its cache is
+read and the blocks would evict cached ones: the run then ends at its first step boundary at or after
+that moment, as if that moment had been the next event when it was planned, its deliveries to the API
+server handed over again. The cut run's end event is cancelled (its callbacks cleared).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, Generator, Generic, Iterator, Optional, Sequence
 
 import simpy
@@ -154,13 +163,39 @@ _Step = tuple[list[TwinRequest], list[tuple[TwinRequest, int]], Optional[_Chunk]
 steps it is or None, start, end)."""
 
 
+@dataclass(slots=True)
+class _AheadRun:
+    """What the twin keeps of a run of decode steps planned past the next event (`Twin._plans_ahead`),
+    to cut it short without planning it again."""
+
+    chunk: _Chunk
+    ends: list[float]
+    """End time of each of its steps."""
+    step_index: int
+    """Engine step index of its first step."""
+    blocks: int
+    """KV blocks it takes when it ends (or less, cut short)."""
+    evicts: bool
+    """Whether taking them will evict cached blocks (or use prepaid ones)."""
+    frontend_free: float
+    """The API server's `_frontend_free` before the run's deliveries."""
+    timeout: Optional[simpy.Event] = None
+    """The event of its end."""
+
+
 class Twin(Generic[HoldingT]):
     """The engine of one server. `submit` a request, wait on the event it returns for its `Completion`.
 
     This is the twin of an attention-only model; `simulator.sim.hybrid_twin.HybridTwin` extends it
     for a hybrid (Mamba + attention) one by overriding the hooks below (see "where a hybrid model's
     twin differs"), and `simulator.sim.make_twin.make_twin` builds the one a profile needs. `HoldingT`
-    is the class a request's blocks are recorded in (`_holding_class`)."""
+    is the class a request's blocks are recorded in (`_holding_class`).
+
+    A twin sharing its environment with other servers' (a fleet's replica, `simulator.fleet.replica`)
+    finds its runs of decode steps cut at every event of the others; it may plan them further ahead
+    instead (see "planning runs ahead"): the twin then cuts such a run short itself, at its first step
+    boundary at or after the moment work reaches it (a request sent or reaching the waiting queue), and
+    takes the run's KV blocks at its end or cut, so its records stay those of stepping one by one."""
 
     _models_hybrid = False
     """Whether this twin models a hybrid model's Mamba layers (a profile with ``kv_cache.hybrid``)."""
@@ -227,6 +262,8 @@ class Twin(Generic[HoldingT]):
         self._wake: Optional[simpy.Event] = None
         self._plan: Optional[_Step] = None
         """The latest planned step (None while idle)."""
+        self._ahead: Optional[_AheadRun] = None
+        """The run of decode steps under way when it was planned past the next event (`_plans_ahead`)."""
         env.process(self._start())
 
     # ---- where a hybrid model's twin differs (hooks `simulator.sim.hybrid_twin` overrides) ----------
@@ -283,6 +320,27 @@ class Twin(Generic[HoldingT]):
         # its next growth may still add keyed blocks to the tree: it keeps its place in line
         return not (self.kv.prefix_caching and hold.keyed_tb < len(hold.ids))
 
+    # ---- planning runs ahead (hooks a fleet's replica overrides: `simulator.fleet.replica`) --------
+
+    _plans_ahead = False
+    """Whether runs of decode steps may be planned past the next event (`_horizon_ahead`)."""
+
+    def _horizon_ahead(self, step_s: float) -> float:
+        """With `_plans_ahead`: the time a run of decode steps planned now may run to (its last step the
+        first to end at or after it) when that is later than the next event in the environment, the
+        twin alone's horizon; `step_s` is the run's first step's duration. The run is then cut short
+        when work reaches the twin before its end (`_cut_run`), so any horizon keeps the records the
+        same: a later one saves planning runs, and costs the steps planned past a cut."""
+        return -math.inf
+
+    def sync(self) -> None:
+        """Bring the KV cache to where stepping one by one has it now, for a reader outside the twin (a
+        router's lookup): a run of decode steps planned ahead whose blocks will evict cached ones is cut
+        short now. Nothing to do for a twin that does not plan ahead."""
+        ahead = self._ahead
+        if ahead is not None and ahead.evicts:
+            self._cut_run()
+
     # ---- requests -------------------------------------------------------------------------------
 
     def submit(self, input_tokens: int, output_tokens: int, hash_ids: Sequence[int] = (), trace_block: int = 0,
@@ -311,6 +369,8 @@ class Twin(Generic[HoldingT]):
         target = output_tokens if output_tokens > 1 else 1
         if input_tokens + target > self.max_model_len:
             raise ValueError(f"{input_tokens} + {target} tokens exceed max_model_len {self.max_model_len}")
+        if self._ahead is not None:
+            self._cut_run()  # before the API server takes the request
         event = simpy.Event(self.env)
         hold = self._holding_class(hash_ids, trace_block, input_tokens)
         req = TwinRequest(input_tokens, target, hold, self.env.now, event, tag, [] if self.keep_gaps else None, raw)
@@ -334,6 +394,8 @@ class Twin(Generic[HoldingT]):
 
     def _enqueue(self, req: TwinRequest) -> None:
         """Put a request at the end of the waiting queue and wake an idle engine."""
+        if self._ahead is not None:
+            self._cut_run()
         self.waiting.append(req)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -418,7 +480,10 @@ class Twin(Generic[HoldingT]):
                 self._charged = (start, 0.0)
         step: _Step = (decodes, prefills, chunk, start, end)
         self._plan = step
-        env.timeout(exact_delay(now, end), step).callbacks.append(self._step_done)
+        timeout = env.timeout(exact_delay(now, end), step)
+        timeout.callbacks.append(self._step_done)
+        if self._ahead is not None:
+            self._ahead.timeout = timeout
 
     def _pending_intake(self, start: float) -> deque[tuple[float, float]]:
         """The API server's intake work that a step planned at `start` may pay for (`_stolen`): what
@@ -477,6 +542,10 @@ class Twin(Generic[HoldingT]):
         """Apply the step that ends now (the value of `event`, its end), then plan the next one."""
         step: _Step = event.value
         decodes, prefills, chunk, start, end = step
+        ahead = self._ahead
+        if ahead is not None:  # a run planned ahead ends uncut
+            self._ahead = None
+            self._end_ahead(ahead)
         if chunk is None:
             finished = self._finish_step(decodes, prefills, end)
         else:
@@ -704,9 +773,9 @@ class Twin(Generic[HoldingT]):
             req.gaps.append(gap)
         req.last_token = t
 
-    def _decode_chunk(self) -> Optional[_Chunk]:
+    def _decode_chunk(self, alone: bool = False) -> Optional[_Chunk]:
         """Plan as many pure-decode steps of the group as can run before anything changes; None when
-        only one may."""
+        only one may. `alone`: only up to the next event, even for a twin that plans ahead."""
         group = self.group
         n_seqs = group.size
         k = self.k
@@ -728,6 +797,11 @@ class Twin(Generic[HoldingT]):
             duration *= slow
         t = first = self.clock + duration
         emit = self.emitted(step) if k else 1
+        ahead = False
+        if self._plans_ahead and not alone:
+            later = self._horizon_ahead(duration)
+            if later > horizon:
+                horizon, ahead = later, True
         if emit >= remaining or first >= horizon:
             return None
         context += n_seqs * emit
@@ -737,59 +811,166 @@ class Twin(Generic[HoldingT]):
         if self._limits_chunks:
             limit = self._chunk_limit(step, emit, limit)
         emits = map(self.emitted, range(step + 1, step + 1 + limit)) if k else repeat(1, limit)
-        gaps: Optional[list[float]] = [] if self.keep_gaps else None
-        ends: Optional[list[float]] = [first] if self.frontend_per_output_token else None
+        gaps: Optional[list[float]] = None
+        ends: Optional[list[float]] = None
         inner_max = 0.0
-        steps = 1
-        for emit in emits:  # until the first to reach a target, or to end at or after the horizon
-            compute = base + per_context * context + add
-            before = t
-            duration = compute if compute > floor else floor
-            if before < warm_at:
-                duration *= slow
-            t = t + duration
-            gap = t - before
-            if gap > inner_max:
-                inner_max = gap
-            if gaps is not None:
-                gaps.append(gap)
-            if ends is not None:
-                ends.append(t)
-            context += n_seqs * emit
-            steps += 1
-            if t >= horizon:
-                break
-        emitted = (context - start_context) // n_seqs
-        # Blocks for the last step (which emitted `emit`) must fit without preemption, else step one by one.
-        reach = group.tokens + emitted - emit + 1 + k
-        if not self.kv.take(group.blocks_needed(reach)):
-            return None
-        group.horizon = reach
-        chunk = _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted, emit)
-        if ends is not None:
-            self._deliver_inner(chunk, ends, n_seqs)
-        return chunk
-
-    def _deliver_inner(self, chunk: _Chunk, ends: list[float], n_seqs: int) -> None:
-        """Hand the API server the tokens of a run's steps but the last (ending at `ends`), as their
-        ends would one by one, and set the run's gaps to those between their deliveries."""
-        step = self._step_index
-        k = self.k
-        gaps: Optional[list[float]] = [] if self.keep_gaps else None
-        inner_max = 0.0
-        before = 0.0
-        for i in range(chunk.steps - 1):
-            t = self._deliver(n_seqs * (self.emitted(step + i) if k else 1), ends[i])
-            if i:
+        if (self.frontend_per_output_token or ahead) and t >= warm_at:
+            # The step ends are kept, and the gaps set from them later: by `_deliver_inner` (between
+            # deliveries), or when a run planned ahead ends or is cut (`_run_gaps`).
+            ends = [first]
+            append = ends.append
+            for emit in emits:  # as below
+                compute = base + per_context * context + add
+                t = t + (compute if compute > floor else floor)
+                append(t)
+                context += n_seqs * emit
+                if t >= horizon:
+                    break
+            steps = len(ends)
+        else:
+            gaps = [] if self.keep_gaps else None
+            if self.frontend_per_output_token or ahead:
+                ends = [first]  # to deliver the tokens of the steps, or to cut a run planned ahead
+            steps = 1
+            for emit in emits:  # until the first to reach a target, or to end at or after the horizon
+                compute = base + per_context * context + add
+                before = t
+                duration = compute if compute > floor else floor
+                if before < warm_at:
+                    duration *= slow
+                t = t + duration
                 gap = t - before
                 if gap > inner_max:
                     inner_max = gap
                 if gaps is not None:
                     gaps.append(gap)
+                if ends is not None:
+                    ends.append(t)
+                context += n_seqs * emit
+                steps += 1
+                if t >= horizon:
+                    break
+        emitted = (context - start_context) // n_seqs
+        # Blocks for the last step (which emitted `emit`) must fit without preemption, else step one by one.
+        reach = group.tokens + emitted - emit + 1 + k
+        need = group.blocks_needed(reach)
+        kv = self.kv
+        if ahead:  # the blocks are taken at the run's end or cut (`_cut_run`); here only whether they can be
+            if need > kv.available:
+                return self._decode_chunk(True)
+            free = self._frontend_free
+        elif not kv.take(need):
+            return None
+        group.horizon = reach
+        chunk = _Chunk(steps, first, t, inner_max, gaps if gaps is not None else (), emitted, emit)
+        if self.frontend_per_output_token:
+            assert ends is not None
+            self._deliver_inner(chunk, ends, n_seqs)
+        if ahead:
+            assert ends is not None
+            self._ahead = _AheadRun(chunk, ends, step, need, need > kv.fresh - kv.prepaid, free)
+        return chunk
+
+    def _cut_run(self) -> None:
+        """Work reaches the twin now, inside a run of decode steps planned ahead (`_plans_ahead`): the
+        run ends at its first step boundary at or after now instead, where it would have ended had now
+        been the next event when it was planned; its KV blocks are taken now. The run's step end times
+        were kept, so it is cut without being planned again."""
+        ahead = self._ahead
+        assert ahead is not None
+        self._ahead = None
+        ends = ahead.ends
+        last = bisect_left(ends, self.env.now)  # the cut run's last step
+        kv = self.kv
+        if last >= len(ends) - 1:  # it ends as planned (maybe now, its end not handled yet)
+            self._end_ahead(ahead)
+            return
+        group, k = self.group, self.k
+        group.horizon = group.tokens + 1 + k  # the first step's blocks, taken when it was scheduled
+        if self.frontend_per_output_token:
+            self._frontend_free = ahead.frontend_free  # its deliveries are handed over again below
+        start = self._plan[3]  # type: ignore[index]
+        if not last:  # its first step alone, as the twin plans one step
+            step: _Step = ([], [], None, start, ends[0])
+        else:
+            chunk = ahead.chunk
+            steps = last + 1
+            first_step = ahead.step_index
+            if k:  # emitted(g) telescopes (see `_steps_to_emit`)
+                rate = self.rate
+                emitted = math.floor((first_step + steps) * rate) - math.floor(first_step * rate)
+                last_emit = self.emitted(first_step + last)
             else:
-                chunk.delivered_first = t
+                emitted, last_emit = steps, 1
+            chunk.steps, chunk.end, chunk.emitted, chunk.last_emit = steps, ends[last], emitted, last_emit
+            if self.frontend_per_output_token:
+                self._deliver_inner(chunk, ends, group.size)
+            else:
+                self._run_gaps(chunk, ends)
+            reach = group.tokens + emitted - last_emit + 1 + k
+            taken = kv.take(group.blocks_needed(reach))
+            assert taken, "blocks checked when the run was planned"
+            group.horizon = reach
+            step = ([], [], chunk, start, ends[last])
+        self._plan = step
+        assert ahead.timeout is not None
+        ahead.timeout.callbacks.clear()  # cancelled: its end is not the run's any more
+        env = self.env
+        env.timeout(exact_delay(env.now, step[4]), step).callbacks.append(self._step_done)
+
+    def _end_ahead(self, ahead: _AheadRun) -> None:
+        """A run planned ahead ends as planned: take its KV blocks now (nothing else touched the cache
+        since it was planned) and set its gaps, unless `_deliver_inner` did."""
+        taken = self.kv.take(ahead.blocks)
+        assert taken, "blocks checked when the run was planned"
+        if not self.frontend_per_output_token:
+            self._run_gaps(ahead.chunk, ahead.ends)
+
+    def _run_gaps(self, chunk: _Chunk, ends: list[float]) -> None:
+        """Set the gaps of a run of `chunk.steps` decode steps from its step ends (`ends`, the first
+        ones), for a run planned ahead (or cut short)."""
+        gaps: Optional[list[float]] = [] if self.keep_gaps else None
+        inner_max = 0.0
+        before = ends[0]
+        for t in islice(ends, 1, chunk.steps):
+            gap = t - before
+            if gap > inner_max:
+                inner_max = gap
+            if gaps is not None:
+                gaps.append(gap)
             before = t
-        chunk.delivered_before_last = before
+        chunk.inner_max = inner_max
+        chunk.inner_gaps = gaps if gaps is not None else ()
+
+    def _deliver_inner(self, chunk: _Chunk, ends: list[float], n_seqs: int) -> None:
+        """Hand the API server the tokens of a run's steps but the last (ending at `ends`), as their
+        ends would one by one, and set the run's gaps to those between their deliveries."""
+        count = chunk.steps - 1
+        if not count:
+            chunk.delivered_before_last = chunk.inner_max = 0.0
+            chunk.inner_gaps = [] if self.keep_gaps else ()
+            return
+        # `_deliver` written out (every step emits tokens)
+        per_token = self.frontend_per_output_token
+        step, k = self._step_index, self.k
+        work = n_seqs * per_token
+        gaps: Optional[list[float]] = [] if self.keep_gaps else None
+        inner_max = 0.0
+        free = self._frontend_free
+        end = ends[0]
+        free = before = (free if free > end else end) + (n_seqs * self.emitted(step) * per_token if k else work)
+        chunk.delivered_first = free
+        for i in range(1, count):
+            end = ends[i]
+            free = (free if free > end else end) + (n_seqs * self.emitted(step + i) * per_token if k else work)
+            gap = free - before
+            if gap > inner_max:
+                inner_max = gap
+            if gaps is not None:
+                gaps.append(gap)
+            before = free
+        self._frontend_free = free
+        chunk.delivered_before_last = free
         chunk.inner_max = inner_max
         chunk.inner_gaps = gaps if gaps is not None else ()
 

@@ -27,6 +27,7 @@ from ..metrics.summary import Summary
 from ..pipeline.execute import execute
 from ..pipeline.plan import plan_run
 from ..scenario import Scenario, TargetSpec
+from ..scenario.fleet import FleetSpec
 from ..sim.profile import ServerProfile
 from ..pipeline.twin import TwinExecutor
 from ..workload import Workload
@@ -41,20 +42,28 @@ class PointError(RuntimeError):
 
 
 class TwinBackend:
-    """A config on the server twin: each point simulated."""
+    """A config on the server twin: each point simulated (a fleet config's on as many replica twins of
+    `profile` behind the twin's model of its router, `simulator.pipeline.fleet_twin`)."""
 
     live = False
 
-    def __init__(self, profile: ServerProfile) -> None:
+    def __init__(self, profile: ServerProfile, fleet: Optional[FleetSpec] = None) -> None:
         self.profile = profile
+        self.fleet = fleet
 
     def ensure(self) -> float:
         """Nothing to start; 0 seconds."""
         return 0.0
 
     def run_point(self, scenario: Scenario, workload: Workload, folder: Path) -> Summary:
-        """Simulate the point into `folder`."""
-        summary, _ = execute(plan_run(scenario, workload, folder), TwinExecutor(self.profile, keep_gaps=False))
+        """Simulate the point into `folder` (its scenario's `fleet` this config's, or none)."""
+        scenario = scenario.model_copy(update={"fleet": self.fleet})
+        executor: Any = TwinExecutor(self.profile, keep_gaps=False)
+        if self.fleet is not None:
+            from ..pipeline.fleet_twin import FleetTwinExecutor  # noqa: PLC0415 - the fleet's twin, only when used
+
+            executor = FleetTwinExecutor(self.fleet, self.profile, keep_gaps=False)
+        summary, _ = execute(plan_run(scenario, workload, folder), executor)
         return summary
 
     def server_info(self) -> Optional[dict[str, Any]]:
@@ -174,8 +183,8 @@ class LiveBackend:
         """`scenario` aimed at this config."""
         if self.config.kind == "emulator":
             settings = section_of(self.config.emulator or {}, f"config {self.config.name}")
-            return _copy(scenario, target=None, emulator=settings)
-        return _copy(scenario, target=self.target_spec())
+            return _copy(scenario, target=None, emulator=settings, fleet=None)
+        return _copy(scenario, target=self.target_spec(), fleet=None)
 
     def run_point(self, scenario: Scenario, workload: Workload, folder: Path) -> Summary:
         """Run the point live into `folder`; PointError when the server exits during it,

@@ -4,7 +4,8 @@ what each one is on the twin.
 A variant that names no kind of its own changes the base: its `args` go after the base's server flags,
 its `env` over the base's environment, its `emulator` settings over the base's, its `overlay` over the
 base's profile overlay. One that names a kind (`server`, `vllm`, `url`, `profile`) runs that instead
-(its `args`, `env` and `overlay` still apply). `differs_by` says in words what a variant changes.
+(its `args`, `env` and `overlay` still apply). A variant's `fleet` is merged over the base's fleet
+(`simulator.study.fleets`). `differs_by` says in words what a variant changes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from ..sim.profile import ServerProfile, load_profile, merge
-from .schema import ConfigEntry, ServerCommand, StudySpec, VLLMCommand
+from . import fleets
+from .schema import ConfigEntry, FleetSpec, ServerCommand, StudySpec, VLLMCommand
 
 LIVE_KINDS = ("server", "vllm", "url", "emulator")
 """Kinds that send HTTP requests to a server (the rest, `twin`, simulate)."""
@@ -27,7 +29,7 @@ class Config:
 
     name: str
     kind: str
-    """'server', 'vllm', 'url', 'emulator' or 'twin'."""
+    """'server', 'vllm', 'url', 'emulator', 'twin' or 'fleet'."""
     is_base: bool = False
     differs_by: str = "base"
     server: Optional[ServerCommand] = None
@@ -42,11 +44,29 @@ class Config:
     """True when the config says what it is on the twin: the base, or a variant with a profile or
     an overlay (a live variant that only changes flags has no twin equivalent)."""
     model: Optional[str] = None
+    fleet: Optional[FleetSpec] = None
+    """A fleet config's replicas and router (its `profile` is the replicas' twin profile)."""
 
     @property
     def live(self) -> bool:
-        """True when the config sends HTTP requests to a server."""
-        return self.kind in LIVE_KINDS
+        """True when the config sends HTTP requests to a server (or to a fleet's router)."""
+        return self.kind in LIVE_KINDS or (self.fleet is not None and self.fleet.kind is not None)
+
+    @property
+    def replicas(self) -> int:
+        """Servers the config runs: a fleet's replicas, else 1."""
+        return self.fleet.replicas if self.fleet is not None else 1
+
+    def on_twin(self, default: Optional[str]) -> Config:
+        """The config on the twin: its profile (else `default`) plus its overlay; a fleet stays a fleet
+        of as many replica twins behind the twin's model of its router."""
+        profile = self.profile or default
+        if self.fleet is not None:
+            fleet = self.fleet.model_copy(update={"emulator": None, "vllm": None, "server": None, "urls": None,
+                                                  "profile": profile,
+                                                  "router": self.fleet.router.model_copy(update={"url": None})})
+            return replace(self, fleet=fleet, profile=profile)
+        return replace(self, kind="twin", profile=profile, server=None, vllm=None, url=None, emulator=None)
 
     @property
     def launched(self) -> bool:
@@ -72,15 +92,68 @@ def resolve(spec: StudySpec) -> list[Config]:
     base_dir = spec.base_dir()
     try:
         base = _own(spec.configs.base, base_dir, is_base=True)
-        return [base] + [_variant(base, v, base_dir) for v in spec.configs.variants]
+        configs = [base] + [_fleet_variant(base, v, i, spec) if v.fleet is not None else _variant(base, v, base_dir)
+                            for i, v in enumerate(spec.configs.variants)]
     except InputError as exc:
         exc.file = exc.file or spec.source
         raise
+    _check_fleets(spec, configs)
+    return configs
+
+
+def _fleet_variant(base: Config, entry: ConfigEntry, index: int, spec: StudySpec) -> Config:
+    """A variant with a `fleet`: merged over the base's fleet, or a fleet of the base's server."""
+    assert entry.fleet is not None
+    at = ["configs", "variants", index, "fleet"]
+    change = fleets.given(entry.fleet)
+    if base.fleet is not None:
+        data = fleets.merged(fleets.given(base.fleet), change)
+    else:
+        fields = {"profile": base.profile, "emulator": base.emulator,
+                  "vllm": base.vllm.model_dump(exclude_unset=True) if base.vllm else None,
+                  "server": base.server.model_dump(exclude_unset=True) if base.server else None}
+        try:
+            data = fleets.of_server(base.kind, fields, change, entry.name)
+        except InputError as exc:
+            exc.line, exc.path = spec.line(at), ".".join(map(str, at))
+            raise
+    fleet = fleets.with_paths(fleets.validated(data, at, spec.line, spec.source, entry.name), spec.base_dir(),
+                              resolve_profile, _path)
+    config = Config(name=entry.name, kind="fleet", differs_by=_describe(entry), profile=fleet.twin_profile(),
+                    overlay=merge(base.overlay, entry.overlay), has_twin_change=True, model=entry.model or base.model,
+                    fleet=fleet)
+    return _changed(config, entry)
+
+
+def _check_fleets(spec: StudySpec, configs: list[Config]) -> None:
+    """Each fleet's router policy known to what routes it; a study feature that asks one server of a
+    fleet base refused."""
+    base_entry = spec.configs.base
+    for i, (config, entry) in enumerate(zip(configs, spec.config_entries())):
+        if config.fleet is None:
+            continue
+        own = ["configs", "base", "fleet"] if i == 0 else ["configs", "variants", i - 1, "fleet"]
+        at = fleets.policy_key([(own, entry.fleet), (["configs", "base", "fleet"], base_entry.fleet)])
+        fleets.check_policy(config.fleet, config.live, config.name, own, at, spec.line, spec.source)
+    base = configs[0]
+    if base.fleet is not None and spec.space is not None:
+        raise InputError("a config space searches one server's settings: its base cannot be a fleet",
+                         file=spec.source, line=spec.line(["space"]), path="space")
+    if base.fleet is not None and spec.twin is not None and spec.twin.calibrate:
+        raise InputError("twin.calibrate calibrates one server, and a fleet's base config has none: calibrate a "
+                         "replica with `agentload calibrate` and give its profile as fleet.profile", file=spec.source,
+                         line=spec.line(["twin", "calibrate"]), path="twin.calibrate")
 
 
 def _own(entry: ConfigEntry, base_dir: Path, is_base: bool = False) -> Config:
     """A config from an entry that names its kind."""
     kind = entry.kinds()[0]
+    if kind == "fleet":
+        assert entry.fleet is not None
+        fleet = fleets.with_paths(entry.fleet, base_dir, resolve_profile, _path)
+        return _changed(Config(name=entry.name, kind="fleet", is_base=is_base, profile=fleet.twin_profile(),
+                               overlay=dict(entry.overlay), has_twin_change=True, model=entry.model, fleet=fleet),
+                        entry)
     server = entry.server
     if server is not None and server.cwd is not None:
         server = server.model_copy(update={"cwd": str(_path(base_dir, server.cwd))})
@@ -117,9 +190,13 @@ def _variant(base: Config, entry: ConfigEntry, base_dir: Path) -> Config:
 
 
 def _changed(config: Config, entry: ConfigEntry) -> Config:
-    """`config` with the entry's flags and environment added to its server command."""
+    """`config` with the entry's flags and environment added to its server command (a fleet's: to each
+    replica's)."""
     if not entry.args and not entry.env:
         return config
+    if config.fleet is not None and (config.fleet.server is not None or config.fleet.vllm is not None):
+        inner = _changed(replace(config, fleet=None, server=config.fleet.server, vllm=config.fleet.vllm), entry)
+        return replace(config, fleet=config.fleet.model_copy(update={"server": inner.server, "vllm": inner.vllm}))
     if config.server is not None:
         server = config.server.model_copy(update={"argv": [*config.server.argv, *entry.args],
                                                   "env": {**config.server.env, **entry.env}})
@@ -139,6 +216,8 @@ def _describe(entry: ConfigEntry) -> str:
         value = getattr(entry, kind)
         if kind == "emulator":
             parts.append(" ".join(f"emulator.{k}={v}" for k, v in value.items()))
+        elif kind == "fleet":
+            parts.append(" ".join(fleets.words(value)) or "the base's fleet")
         elif kind in ("url", "profile"):
             parts.append(f"{kind} {value}")
         else:

@@ -3,7 +3,8 @@
 - Self-hosted: the GPUs are paid by the hour whether busy or not, so a task costs
   ``gpu_hour x gpus / completed tasks per hour`` at the load it ran at: at a low load the GPUs idle and
   each task carries more of their hour. At the capacity (the highest load within the SLO) it is the
-  cheapest a task gets while the SLO holds.
+  cheapest a task gets while the SLO holds. A fleet pays for every replica's GPUs: ``gpus`` is each
+  replica's, ``gpus x replicas`` the fleet's (`gpus_of`).
 - API: each completed task's tokens at the API's prices per million: the part of each prompt that the
   task's previous call already sent (by the workload's hash ids: the provider's prompt cache holds it
   between turns) at the cached-input price, the rest at the input price, output at the output price.
@@ -21,11 +22,19 @@ from .figures import TaskTokens
 from .schema import CostSpec
 
 
-def self_hosted_per_task(cost: Optional[CostSpec], tasks_per_hour: Optional[float]) -> Optional[float]:
-    """$ per completed task at `tasks_per_hour` (None without a GPU price or without completed tasks)."""
+def gpus_of(cost: Optional[CostSpec], replicas: int = 1) -> int:
+    """The GPUs a config pays for: each server's (`cost.gpus`, 1 without a cost section) times its
+    servers (a fleet's replicas)."""
+    return (cost.gpus if cost is not None else 1) * replicas
+
+
+def self_hosted_per_task(cost: Optional[CostSpec], tasks_per_hour: Optional[float],
+                         replicas: int = 1) -> Optional[float]:
+    """$ per completed task at `tasks_per_hour` on `replicas` servers (None without a GPU price or
+    without completed tasks)."""
     if cost is None or cost.gpu_hour is None or not tasks_per_hour:
         return None
-    return cost.gpu_hour * cost.gpus / tasks_per_hour
+    return cost.gpu_hour * gpus_of(cost, replicas) / tasks_per_hour
 
 
 def api_per_task(cost: Optional[CostSpec], tokens: TaskTokens) -> Optional[float]:

@@ -39,6 +39,39 @@ class TaskTokens:
 
 
 @dataclass
+class FleetPoint:
+    """What a fleet point's router did, from its summary's ``fleet`` section
+    (`simulator.metrics.fleet.FleetFigures`)."""
+
+    replicas: int
+    policy: str
+    prefix_hit_share: Optional[float] = None
+    """The fleet's prefix-cache hits over queries (tokens), from the replicas' /metrics."""
+    imbalance: Optional[float] = None
+    """Most calls on one replica over the mean per replica (1: even)."""
+    call_share_cv: Optional[float] = None
+    """Coefficient of variation of the replicas' call counts."""
+    moved_share: Optional[float] = None
+    """Share of the tasks with two or more calls whose calls went to more than one replica."""
+    moves_per_task: Optional[float] = None
+    """Moves (a call on another replica than its task's previous call) per such task."""
+    waiting_mean: Optional[float] = None
+    """Requests waiting in a replica's queue, the mean over the run and over the replicas."""
+
+
+def fleet_point(summary: Summary) -> Optional[FleetPoint]:
+    """The router figures of a point's summary (None: not a fleet run)."""
+    fleet = summary.fleet
+    if fleet is None:
+        return None
+    waiting = [r.waiting_mean for r in fleet.replicas if r.waiting_mean is not None]
+    return FleetPoint(replicas=len(fleet.replicas), policy=fleet.policy, prefix_hit_share=fleet.prefix_hit_share,
+                      imbalance=fleet.imbalance, call_share_cv=fleet.call_share_cv,
+                      moved_share=fleet.moves.moved_share, moves_per_task=fleet.moves.moves_per_task,
+                      waiting_mean=sum(waiting) / len(waiting) if waiting else None)
+
+
+@dataclass
 class PointFigures:
     """The figures of one point."""
 
@@ -77,6 +110,17 @@ class PointFigures:
     """(arrival, completion time) of the window's completed top-level tasks by id (not saved)."""
     held: Optional[bool] = None
     """The SLO's targets and the failed share, before the growth check (None: no SLO)."""
+    fleet: Optional[FleetPoint] = None
+    """A fleet point's router figures (None: one server)."""
+    task_classes: dict[str, str] = field(default_factory=dict, repr=False)
+    """The class of each completed top-level task of the window, by id (not saved)."""
+    ttft_times: dict[str, float] = field(default_factory=dict, repr=False)
+    """Seconds each completed top-level task of the window spent before first tokens (its calls' queueing
+    and prefill: the task record's ``time_in_ttft``), by id (not saved)."""
+    class_tokens: dict[str, TaskTokens] = field(default_factory=dict, repr=False)
+    """Per task class, the tokens of the completed top-level tasks (as `tokens`; not saved)."""
+    uncounted_cache: set[str] = field(default_factory=set, repr=False)
+    """Task classes with a call whose server did not report its cached prompt tokens (not saved)."""
 
     @property
     def completion_times(self) -> list[float]:
@@ -86,7 +130,10 @@ class PointFigures:
     def to_dict(self) -> dict[str, Any]:
         """The figures as a point in study.json holds them."""
         out = asdict(self)
-        del out["task_times"], out["held"]
+        for name in ("task_times", "held", "task_classes", "ttft_times", "class_tokens", "uncounted_cache"):
+            del out[name]
+        if out["fleet"] is None:
+            del out["fleet"]
         return out
 
     def judge_growth(self, baseline: PointFigures, load: Optional[float], bound: Optional[float],
@@ -136,8 +183,7 @@ def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: fl
     """The point's figures from its summary and records (the growth check needs a baseline point:
     `PointFigures.judge_growth`)."""
     tasks = summary.tasks
-    task_times, tokens, span = _completed_tasks(Path(folder), summary.window)
-    sim = summary.simulation
+    task_times, tokens, span, by_class = _completed_tasks(Path(folder), summary.window)
     task_check = summary.slo.task_s
     held = slo_met(summary, slo, max_failed_share)
     return PointFigures(
@@ -154,18 +200,40 @@ def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: fl
         tasks_judged=tasks.judged,
         arrival_span_s=span,
         task_slo_s={key: c.measured for key, c in task_check.percentiles.items()} if task_check else {},
-        busy_fraction=sim.busy_fraction if sim is not None else None,
+        busy_fraction=summary.simulation.busy_fraction if summary.simulation is not None else None,
         tokens=tokens,
         task_times=task_times,
+        fleet=fleet_point(summary),
+        task_classes=by_class.classes,
+        ttft_times=by_class.ttft,
+        class_tokens=by_class.tokens,
+        uncounted_cache=by_class.uncounted,
     )
 
 
-def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[float, float]], TaskTokens, float]:
+
+
+@dataclass
+class _ByClass:
+    """What the completed top-level tasks of a point hold per task: its class, its time before first
+    tokens, and per class their tokens."""
+
+    classes: dict[str, str] = field(default_factory=dict)
+    ttft: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, TaskTokens] = field(default_factory=dict)
+    uncounted: set[str] = field(default_factory=set)
+    """Classes with a call that did not report its cached tokens."""
+
+
+def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[float, float]], TaskTokens, float,
+                                                            _ByClass]:
     """(arrival, completion time) of the window's completed top-level tasks by id, the tokens of their
-    calls (their sub-tasks' included; successful attempts only), and the span of the window's top-level
-    arrivals (of the tasks that started)."""
+    calls (their sub-tasks' included; successful attempts only), the span of the window's top-level
+    arrivals (of the tasks that started), and the same tasks' classes, times before first tokens and
+    tokens per class."""
     parent: dict[str, Optional[str]] = {}
     done: dict[str, tuple[float, float]] = {}
+    by_class = _ByClass()
     first = last = None
     for t in results.iter_tasks(folder):
         parent[t.task_id] = t.parent_id
@@ -174,6 +242,8 @@ def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[floa
             last = t.arrival if last is None else max(last, t.arrival)
             if t.ok:
                 done[t.task_id] = (t.arrival, t.completion_time)
+                by_class.classes[t.task_id] = t.task_class
+                by_class.ttft[t.task_id] = t.time_in_ttft
 
     def root(task_id: str) -> str:
         seen = 0
@@ -183,8 +253,19 @@ def _completed_tasks(folder: Path, window: Window) -> tuple[dict[str, tuple[floa
 
     tokens = TaskTokens(tasks=len(done))
     for c in results.iter_calls(folder):
-        if c.ok and root(c.task_id) in done:
+        top = root(c.task_id) if c.ok else None
+        if top in done:
             tokens.input += c.input_tokens
             tokens.cached += c.cached_tokens or 0
             tokens.output += c.output_tokens
-    return done, tokens, (last - first) if first is not None else 0.0
+            group = by_class.tokens.get(by_class.classes[top])
+            if group is None:
+                group = by_class.tokens[by_class.classes[top]] = TaskTokens()
+            group.input += c.input_tokens
+            group.cached += c.cached_tokens or 0
+            group.output += c.output_tokens
+            if c.cached_tokens is None:
+                by_class.uncounted.add(by_class.classes[top])
+    for task_class in by_class.classes.values():
+        by_class.tokens.setdefault(task_class, TaskTokens()).tasks += 1
+    return done, tokens, (last - first) if first is not None else 0.0, by_class

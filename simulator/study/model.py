@@ -101,6 +101,8 @@ class StudyPoint(Part):
     growing: Optional[bool] = None
     growth_baseline: Optional[float] = None
     tokens: Optional[Tokens] = None
+    fleet: Optional[dict[str, Any]] = None
+    """A fleet point's router figures (`simulator.study.figures.FleetPoint`; None: one server)."""
     gpu: Optional[dict[str, Any]] = None
     run_s: Optional[float] = None
     overhead_s: Optional[float] = None
@@ -176,8 +178,8 @@ class CapacityResult(Part):
 
 class Cost(Part):
     self_hosted_per_task: Optional[float] = None
-    """$ per completed task on the rented GPUs: gpu_hour x gpus / tasks per hour, at the capacity (else
-    at the sustained rate of the ranking load)."""
+    """$ per completed task on the rented GPUs: gpu_hour x gpus (x replicas, for a fleet) / tasks per
+    hour, at the capacity (else at the sustained rate of the ranking load)."""
     api_per_task: Optional[float] = None
     """$ per completed task through the priced API: its tokens at the API's prices."""
     at_rate_per_s: Optional[float] = None
@@ -269,6 +271,67 @@ class TwinEntry(Part):
     profile: Optional[str] = None
 
 
+class TaskClassTrade(Part):
+    """One task class of a fleet config, at the config's ranking points (`ConfigResult.at_load`), the
+    completed top-level tasks of the class pooled over the repeats."""
+
+    tasks: int = 0
+    """Completed top-level tasks of the class behind the figures."""
+    cached_share: Optional[float] = None
+    """Prompt tokens the servers reported as served from the prefix cache over all prompt tokens, in the
+    calls of those tasks (their sub-agents' included; None when a call did not report it)."""
+    ttft_per_task_s: Optional[float] = None
+    """Mean seconds a task spent before first tokens (its calls' queueing and prefill, summed: the
+    breakdown's ``ttft``): where a router's choice of replica shows as waiting and recomputed prefixes."""
+    task_p50_s: Optional[float] = None
+    task_p95_s: Optional[float] = None
+    """Completion time of those tasks, pooled over the repeats."""
+
+
+class FleetResult(Part):
+    """A fleet config: its size, its capacity per GPU, and what its router traded between cache hits and
+    balance at the config's ranking points (`ConfigResult.at_load`; the fleet figures of each point's
+    summary.json averaged over the points, the task figures pooled over their tasks)."""
+
+    replicas: int = 1
+    policy: Optional[str] = None
+    """The router's policy."""
+    router: Optional[str] = None
+    """The policy with the router settings it has off their defaults: configs of one router that differ
+    only in their replica count form one sizing group."""
+    gpus_per_replica: int = 1
+    """The study's cost.gpus (1 without a cost section)."""
+    gpus: int = 1
+    """GPUs the fleet holds: gpus_per_replica x replicas."""
+    per_gpu_per_min: Optional[float] = None
+    """Capacity per GPU: the highest task rate (tasks per minute) held within the SLO, over `gpus`
+    (`capacity.per_min` / gpus)."""
+    per_gpu_ci_per_min: Pair = None
+    """Its confidence interval (the capacity's, over `gpus`; None from fewer than two repeats)."""
+    per_gpu_at_least_per_min: Optional[float] = None
+    """Where the capacity is above the search's range: at least this per GPU (its highest held rate)."""
+    points: int = 0
+    """Points the router figures below are averaged over."""
+    prefix_hit_share: Optional[float] = None
+    """The fleet's prefix-cache hits over queries (tokens), by the replicas' /metrics (summary.json's
+    ``fleet.prefix_hit_share``)."""
+    cached_share: Optional[float] = None
+    """As `TaskClassTrade.cached_share`, over every task class."""
+    imbalance: Optional[float] = None
+    """Most calls on one replica over the mean per replica (1: even; ``fleet.imbalance``)."""
+    call_share_cv: Optional[float] = None
+    """Coefficient of variation of the replicas' call counts (``fleet.call_share_cv``)."""
+    moved_share: Optional[float] = None
+    """Share of tasks whose calls went to more than one replica (``fleet.moves.moved_share``)."""
+    moves_per_task: Optional[float] = None
+    """Replica changes per task (``fleet.moves.moves_per_task``)."""
+    waiting_mean: Optional[float] = None
+    """Requests waiting in a replica's queue: mean over the run and the replicas."""
+    ttft_per_task_s: Optional[float] = None
+    """As `TaskClassTrade.ttft_per_task_s`, over every task class."""
+    by_class: dict[str, TaskClassTrade] = Field(default_factory=dict)
+
+
 class ConfigResult(Part):
     """One server config of the study, its points and its verdicts. The figures beside `points` are at
     `at_load` (the ranking load: `rank_at`, else the sweep's highest; without a sweep, the capacity
@@ -302,6 +365,8 @@ class ConfigResult(Part):
     twin: Optional[TwinEntry] = None
     twin_band: Optional[TwinBand] = None
     """On the twin: the band of the figure its rank rests on (None: a live config, or no band asked for)."""
+    fleet: Optional[FleetResult] = None
+    """A fleet config's size, capacity per GPU and router trade-off (None: one server)."""
 
 
 class Comparison(Part):
@@ -355,6 +420,57 @@ class FailedPoint(Part):
     folder: Optional[str] = None
 
 
+class SizingRow(Part):
+    """A fleet config against the sizing rate."""
+
+    config: str
+    router: Optional[str] = None
+    replicas: int = 1
+    gpus: int = 1
+    carries: Literal["yes", "no", "unsure", "unknown"] = "unknown"
+    """'yes': the capacity's confidence interval lies at or above the rate (its lower bound; above the
+    search's range, every repeat held the SLO at the rate or higher); 'no': it lies below (its upper
+    bound; below the range, the lowest rate that failed); 'unsure': it straddles the rate; 'unknown':
+    no interval (one repeat) or no capacity."""
+    reason: str = ""
+    cost_per_task_at_rate: Optional[float] = None
+    """$ per task with the fleet's GPUs serving the sizing rate: gpu_hour x gpus / (the rate per hour),
+    where it carries the rate."""
+
+
+class SizingGroup(Part):
+    """The fleet configs of one router (`FleetResult.router`), by replica count, and the fewest replicas
+    among them that carry the rate."""
+
+    router: str
+    configs: list[str] = Field(default_factory=list)
+    """In order of replica count."""
+    fewest: Optional[str] = None
+    """The config with the fewest replicas that carries the rate (None: none does)."""
+    replicas: Optional[int] = None
+    answer: str = ""
+
+
+class Sizing(Part):
+    """The sizing answer: the fewest replicas that carry `rate` tasks within the SLO."""
+
+    rate: float
+    per: str = "minute"
+    """The unit `rate` was given per (second, minute, hour)."""
+    rate_per_s: float
+    rate_per_min: float
+    confidence: Optional[float] = None
+    rows: list[SizingRow] = Field(default_factory=list)
+    groups: list[SizingGroup] = Field(default_factory=list)
+    fewest: Optional[str] = None
+    """Over every router: the config with the fewest replicas that carries the rate (a tie: the lower
+    $ per task at the rate, then the first in the study)."""
+    replicas: Optional[int] = None
+    gpus: Optional[int] = None
+    cost_per_task_at_rate: Optional[float] = None
+    answer: str = ""
+
+
 class Study(Part):
     """study.json."""
 
@@ -386,6 +502,8 @@ class Study(Part):
     space: Optional[dict[str, Any]] = None
     overhead: Optional[dict[str, Any]] = None
     failed_points: list[FailedPoint] = Field(default_factory=list)
+    sizing: Optional[Sizing] = None
+    """The fewest replicas that carry the study's `sizing` rate (None: no sizing asked)."""
 
     @field_validator("agentload_study")
     @classmethod

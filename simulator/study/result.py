@@ -15,12 +15,14 @@ import numpy as np
 
 from . import cost
 from .capacity import Capacity
+from .fleet_result import fleet_result
 from .load import AXIS_UNITS
 from .model import (STUDY_VERSION, CapacityResult, Comparison, ConfigResult, Cost, FailedPoint, Gpu, Objective,
                     Quality, Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
 from .points import PointResult
 from .ranking import HIGHER_IS_BETTER, UNITS, Value, band_verdict, order_of, rank
 from .schema import StudySpec
+from .sizing import sizing
 from .state import ConfigRun, StudyState
 
 
@@ -106,7 +108,7 @@ def _cost(state: StudyState, run: ConfigRun, points: list[PointResult]) -> Optio
     util = [p.gpu["utilisation_mean_perc"] / 100 for p in points if p.gpu]
     energy = [p.gpu["energy_j"] / p.figures.tasks_completed for p in points if p.gpu and p.figures.tasks_completed]
     return Cost(
-        self_hosted_per_task=cost.self_hosted_per_task(spec, tasks_h),
+        self_hosted_per_task=cost.self_hosted_per_task(spec, tasks_h, run.config.replicas),
         api_per_task=_mean([cost.api_per_task(spec, cost.api_tokens_of(state.workload.api_tokens[p.repeat],
                                                                         p.figures.task_times)) for p in points]),
         at_rate_per_s=at_rate, tasks_per_hour=tasks_h,
@@ -144,21 +146,21 @@ def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun]) -> dict[st
             value = Value(cap.rate * 3600, [e * 3600 for e in cap.estimates], cap.resolution * 3600,
                           (cap.ci[0] * 3600, cap.ci[1] * 3600) if cap.ci else None)
         elif objective == "cost" and has_cap:
-            price = spec.gpu_hour * spec.gpus
+            price = spec.gpu_hour * cost.gpus_of(spec, run.config.replicas)
             ci = None
             if cap.ci:
                 low, high = cap.ci
                 ci = (price / (high * 3600), price / (low * 3600) if low > 0 else math.inf)
             value = Value(price / (cap.rate * 3600), [price / (e * 3600) for e in cap.estimates], 0.0, ci)
         elif objective in ("goodput", "cost") and cap is not None and cap.status in ("above_range", "below_range"):
-            value = _unbracketed(cap, objective, spec)
+            value = _unbracketed(cap, objective, spec, run.config.replicas)
         else:
             value = _best_sweep(run, objective, spec)
         out[name] = value.with_ci(study.confidence)
     return out
 
 
-def _unbracketed(cap: Capacity, objective: str, spec: Any) -> Value:
+def _unbracketed(cap: Capacity, objective: str, spec: Any, replicas: int = 1) -> Value:
     """A capacity search that found no bracket ranks by its bound: above the range by the highest rate
     that held (at least that), below it as zero (no rate held)."""
     above = cap.status == "above_range"
@@ -168,7 +170,7 @@ def _unbracketed(cap: Capacity, objective: str, spec: Any) -> Value:
         return Value(cap.at_least * 3600, [(s.low or 0.0) * 3600 for s in cap.searches], bound="at_least")
     if not above:
         return Value(None)
-    price = spec.gpu_hour * spec.gpus
+    price = spec.gpu_hour * cost.gpus_of(spec, replicas)
     return Value(price / (cap.at_least * 3600), [price / (s.low * 3600) for s in cap.searches if s.low],
                  bound="at_most")
 
@@ -188,7 +190,8 @@ def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
         else:
             if not all(p.verdict() in ("held", None) for p in group):
                 continue
-            samples = [cost.self_hosted_per_task(spec, p.sustained_tasks_per_hour()) for p in group]
+            samples = [cost.self_hosted_per_task(spec, p.sustained_tasks_per_hour(), run.config.replicas)
+                       for p in group]
             if any(s is None for s in samples):
                 continue
         candidate = Value(statistics.fmean(samples), samples)
@@ -239,7 +242,8 @@ def config_entry(state: StudyState, run: ConfigRun, value: Value, rank_no: Optio
             "label": spec.reference.label or _shape_label(spec), "folder": reference.folder,
             "output_tokens_per_s": reference.figures.output_tokens_per_s,
             "requests_per_s": reference.figures.requests_per_s},
-        objective=_objective(spec, value, run), rank=rank_no, twin=twin, twin_band=run.band)
+        objective=_objective(spec, value, run), rank=rank_no, twin=twin, twin_band=run.band,
+        fleet=fleet_result(c, run.capacity, at, spec.cost))
 
 
 def _shape_label(spec: StudySpec) -> str:
@@ -258,6 +262,8 @@ def build(state: StudyState) -> Study:
     workload = state.workload
     points = state.all_points()
     fresh = [p.overhead_s for p in points if not p.resumed]
+    configs = [config_entry(state, run, values[name], ranks.get(name), twin_entries.get(name))
+               for name, run in state.runs.items()]
     return Study(
         agentload_study=STUDY_VERSION, name=spec.display_name(), description=spec.description,
         study_file=spec.source, folder=str(state.folder),
@@ -272,8 +278,7 @@ def build(state: StudyState) -> Study:
         notes=list(state.notes) + _untestable_notes(state),
         cost=spec.cost.model_dump(mode="json") if spec.cost else None,
         base=state.base().name,
-        configs=[config_entry(state, run, values[name], ranks.get(name), twin_entries.get(name))
-                 for name, run in state.runs.items()],
+        configs=configs,
         ranking=Ranking(objective=objective, unit=UNITS[objective],
                         better="higher" if HIGHER_IS_BETTER[objective] else "lower", order=order,
                         comparisons=comparisons),
@@ -283,6 +288,7 @@ def build(state: StudyState) -> Study:
                   "max_s": max(fresh) if fresh else None},
         failed_points=[FailedPoint(config=p.config, load=p.load, repeat=p.repeat, source=p.source, error=p.error,
                                    folder=p.folder) for p in points if p.status != "ok"],
+        sizing=sizing(spec.sizing, configs, spec.cost, spec.confidence),
     )
 
 

@@ -31,6 +31,7 @@ from ..sim.profile import ServerProfile, load_profile
 from ..workload import Workload
 from . import calibration, fan_out, quality
 from .backends import LiveBackend, PointError, TwinBackend
+from .fleet_backend import FleetLiveBackend
 from .capacity import Capacity, combine, search
 from .configs import Config, resolve, resolve_profile
 from .gpu import GpuSampler, open_sampler
@@ -45,7 +46,7 @@ from .space import candidates, live_config, twin_config
 from .twin_band import config_band
 from .state import ConfigRun, Group, SpaceRun, StudyState, WorkloadFacts
 
-Backend = Union[TwinBackend, LiveBackend]
+Backend = Union[TwinBackend, LiveBackend, FleetLiveBackend]
 KEY_FILE = "study-key.json"
 Emit = Callable[[StudyState], None]
 """What receives the study's state after every config and at the end (the study.json writer)."""
@@ -143,11 +144,10 @@ class StudyRunner:
             if not c.live:
                 out.append(c)
             elif c.has_twin_change:
-                out.append(replace(c, kind="twin", profile=c.profile or default, server=None, vllm=None, url=None,
-                                   emulator=None))
+                out.append(c.on_twin(default))
             else:
                 self.say(f"{c.name}: left out on the twin: it changes only {c.differs_by}, which no profile setting says")
-        if not default and any(c.kind == "twin" and c.profile is None for c in out):
+        if not default and any(not c.live and c.profile is None for c in out):
             raise InputError("--twin needs twin.profile (the profile live configs are on the twin)",
                              file=self.spec.source, path="twin.profile")
         return out
@@ -157,7 +157,10 @@ class StudyRunner:
     def backend(self, config: Config) -> Backend:
         """The backend that runs `config`'s points."""
         if not config.live:
-            return TwinBackend(config.twin_profile(None, self.spec.source))
+            return TwinBackend(config.twin_profile(None, self.spec.source), config.fleet)
+        if config.fleet is not None:
+            defaults = self.spec.target.model_dump(exclude_none=True) if self.spec.target else None
+            return FleetLiveBackend(config, defaults, self.folder)
         warmup = quality.probe_requests(self.workloads.get(0)[1], self.spec.warmup_calls) if self.spec.warmup_calls else ()
         return LiveBackend(config, self.target, self.folder, warmup)
 
@@ -202,7 +205,10 @@ class StudyRunner:
 
     def twin_band(self, group: Group, config: Config, backend: TwinBackend, root: str) -> TwinBand:
         """The band of a twin config at its ranking points, each point's plan simulated again on profiles
-        drawn from the calibration's fit (`simulator.study.twin_band`)."""
+        drawn from the calibration's fit (`simulator.study.twin_band`); a fleet has none (the band draws
+        one server's simulations)."""
+        if backend.fleet is not None:
+            return TwinBand(note="no band: the twin's band simulates one server, not a fleet")
 
         def plan_of(point: PointResult) -> RunPlan:
             axis = "rate" if point.source == "capacity" or self.spec.load is None else self.spec.load.axis
@@ -305,6 +311,8 @@ class StudyRunner:
         assert spec is not None
         if config.kind == "emulator":
             return quality.unmeasured("n/a", "the built-in emulator generates no model output")
+        if config.fleet is not None:
+            return quality.unmeasured("n/a", "a fleet's outputs are its replicas': check them on one replica's config")
         path = self.folder / "quality" / f"{config.name}.json"
         outputs = quality.read(path)
         if outputs is None:
@@ -370,8 +378,7 @@ class StudyRunner:
         for config in self.configs:
             if not config.live or not config.has_twin_change or config.name not in self.state.runs:
                 continue
-            twin = replace(config, kind="twin", profile=config.profile or source, server=None, vllm=None, url=None,
-                           emulator=None)
+            twin = config.on_twin(source)
             self.run_config(twin, "twin", "twin_runs", quality_check=False, reference=False)
 
     def run_space(self, base: Config) -> list[Config]:

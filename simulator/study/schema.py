@@ -18,7 +18,9 @@ from ..metrics.slo import Slo
 from ..scenario import RunSpec, SyntheticSpec, WorkloadSpec
 # read as scenario files are, so that both report errors alike
 from ..scenario import overrides as override
-from ..scenario.yaml_io import FileModel, read_mapping, read_text, validate
+from ..scenario.fleet import FleetSpec
+from ..server_commands import ServerCommand, VLLMCommand
+from ..scenario.yaml_io import FileModel, line_of, read_mapping, read_text, validate
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Config names become folder names."""
@@ -33,40 +35,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
-class ServerCommand(_Strict):
-    """A server agentload launches: `argv` (``{host}`` and ``{port}`` are filled in), its environment
-    and folder; ready once `health` answers 200 within `startup_timeout`; stopped with SIGTERM, killed
-    after `stop_timeout`."""
-
-    argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = {}
-    cwd: Optional[str] = None
-    """Folder the server runs in (relative to the study file; default: the current one)."""
-    health: str = "/health"
-    host: str = "127.0.0.1"
-    port: Optional[int] = Field(None, ge=1, le=65535)
-    """Default: a free port, new at each start."""
-    startup_timeout: float = Field(300.0, gt=0)
-    stop_timeout: float = Field(20.0, gt=0)
-
-
-class VLLMCommand(_Strict):
-    """A vLLM server of the CPU build (`simulator.live.vllm.VLLMServer`): the model folder, extra
-    flags and environment; its python is ``$AGENTLOAD_VLLM_VENV`` or ``.vllm-venv`` unless given."""
-
-    model: str
-    """Local model folder (relative to the study file)."""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    python: Optional[str] = None
-    startup_timeout: float = Field(600.0, gt=0)
-    stop_timeout: float = Field(20.0, gt=0)
-
-
 class ConfigEntry(_Strict):
     """One config: the base names what it runs (exactly one of `server`, `vllm`, `url`, `emulator`,
-    `profile`); a variant names only what it changes (`args`, `env`, `overlay`, `emulator` settings),
-    or replaces what runs."""
+    `profile`, `fleet`); a variant names only what it changes (`args`, `env`, `overlay`, `emulator` or
+    `fleet` settings), or replaces what runs."""
 
     name: str = Field(pattern=NAME_PATTERN)
     description: Optional[str] = None
@@ -78,6 +50,11 @@ class ConfigEntry(_Strict):
     """The built-in emulator with these settings (a variant's are merged over the base's)."""
     profile: Optional[str] = None
     """A twin profile: preset name or YAML file (relative to the study file)."""
+    fleet: Optional[FleetSpec] = None
+    """Replicas behind a router (a scenario's `fleet` section, `simulator.scenario.fleet.FleetSpec`): with
+    `profile`, or no replica kind, a fleet on the twin; with `emulator`, `vllm`, `server` or `urls`, a
+    live one. In a variant, what it changes of the base's fleet, merged key by key (`{replicas: 4}`,
+    `{router: {policy: manual}}`); over a base that is no fleet, a fleet of the base's server."""
     args: list[str] = []
     """Flags appended to the base's server command (`server` argv or `vllm` args)."""
     env: dict[str, str] = {}
@@ -89,7 +66,7 @@ class ConfigEntry(_Strict):
 
     def kinds(self) -> list[str]:
         """The kinds this entry names (at most one is valid)."""
-        return [k for k in ("server", "vllm", "url", "emulator", "profile") if getattr(self, k) is not None]
+        return [k for k in ("server", "vllm", "url", "emulator", "profile", "fleet") if getattr(self, k) is not None]
 
 
 class ConfigsSpec(_Strict):
@@ -102,7 +79,7 @@ class ConfigsSpec(_Strict):
     @classmethod
     def _one_kind(cls, base: ConfigEntry) -> ConfigEntry:
         if len(base.kinds()) != 1:
-            raise ValueError("the base config needs exactly one of server, vllm, url, emulator, profile")
+            raise ValueError("the base config needs exactly one of server, vllm, url, emulator, profile, fleet")
         return base
 
     @model_validator(mode="after")
@@ -113,7 +90,7 @@ class ConfigsSpec(_Strict):
             raise ValueError(f"config names must differ: {', '.join(duplicates)} given twice")
         for v in self.variants:
             if len(v.kinds()) > 1:
-                raise ValueError(f"variant {v.name}: at most one of server, vllm, url, emulator, profile")
+                raise ValueError(f"variant {v.name}: at most one of server, vllm, url, emulator, profile, fleet")
         return self
 
 
@@ -233,6 +210,24 @@ class ReferenceSpec(_Strict):
     label: Optional[str] = None
 
 
+SECONDS_PER = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+"""Seconds in each unit a sizing rate may be given per."""
+
+
+class SizingSpec(_Strict):
+    """The sizing question: the fewest replicas whose capacity carries `rate` top-level tasks (sessions)
+    within the SLO, asked of the fleet configs that differ only in their replica count."""
+
+    rate: float = Field(gt=0)
+    """The task arrival rate the fleet must carry, in tasks per `per`."""
+    per: Literal["second", "minute", "hour"] = "minute"
+
+    @property
+    def rate_per_s(self) -> float:
+        """The rate in tasks per second."""
+        return self.rate / SECONDS_PER[self.per]
+
+
 class TwinSpec(_Strict):
     """The twin's prediction of a live study: each config as `profile` plus its `overlay`."""
 
@@ -312,6 +307,9 @@ class StudySpec(_Strict, FileModel):
     """Sweep value the per-config figures and a p95_task ranking are taken at (default: the highest)."""
     confidence: float = Field(0.9, gt=0.5, lt=1)
     cost: Optional[CostSpec] = None
+    """What a task costs; for a fleet config, `gpus` is each replica's and the fleet pays for all of them."""
+    sizing: Optional[SizingSpec] = None
+    """The fewest replicas that carry a task rate within the SLO (needs `capacity`)."""
     quality: Optional[QualitySpec] = None
     gpu: Literal["auto", "on", "off"] = "auto"
     """Sample GPUs through NVML during live points (auto: when nvidia-ml-py and a GPU are there)."""
@@ -327,9 +325,18 @@ class StudySpec(_Strict, FileModel):
             raise ValueError("give `scenario` or `workload`")
         if self.load is None and self.capacity is None and self.reference is None:
             raise ValueError("give `load`, `capacity` or `reference`: the study has nothing to run")
+        if self.sizing is not None and self.capacity is None:
+            raise ValueError("`sizing` reads the fleets' capacities: give `capacity` too")
         return self
 
     _notes: list[str] = PrivateAttr(default_factory=list)
+    _node: Any = PrivateAttr(None)
+    """The YAML node the study was read from (None: made without a file), for the lines of later errors."""
+
+    def line(self, path: Sequence[str | int]) -> Optional[int]:
+        """The study file's line of the key at `path` (the deepest part of it the file has; None without
+        a file)."""
+        return line_of(self._node, list(path)) if self._node is not None else None
 
     @property
     def notes(self) -> list[str]:
@@ -364,6 +371,7 @@ def parse(text: str, source: str, overrides: Sequence[str] = ()) -> StudySpec:
     notes = _repeats_everywhere(data, set_keys)
     spec = validate(StudySpec, data, node, source, set_keys, "a study")
     spec._notes = notes
+    spec._node = node
     return spec
 
 

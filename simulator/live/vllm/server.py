@@ -174,6 +174,7 @@ class ServerProcess:
         self.name = name
         self.process: Optional[subprocess.Popen] = None
         self.startup_seconds: Optional[float] = None
+        self._started = 0.0
 
     @property
     def base_url(self) -> str:
@@ -192,6 +193,19 @@ class ServerProcess:
         """Start the process and block until its health check answers 200; ServerError (with the
         server's last log lines) when it cannot start, exits first or the deadline passes, after
         stopping it."""
+        self.spawn()
+        try:
+            while not self.poll_ready():
+                # Polling interval of the health check, not a stand-in for synchronisation.
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def spawn(self) -> "ServerProcess":
+        """Start the process without waiting for it (`poll_ready` then says when it is ready; `start`
+        does both). ServerError when it cannot be started."""
         if self.process is not None:
             raise ServerError(f"{self.name} already started")
         if self.port is None:
@@ -200,7 +214,7 @@ class ServerProcess:
             fd, path = tempfile.mkstemp(prefix="agentload-server-", suffix=".log")
             os.close(fd)
             self.log_path = Path(path)
-        started = time.monotonic()
+        self._started = time.monotonic()
         command = self.command()
         with open(self.log_path, "wb") as log:
             try:
@@ -212,36 +226,33 @@ class ServerProcess:
             except OSError as exc:
                 raise ServerError(f"{self.name} could not be started: {command[0] if command else '(no command)'}: "
                                   f"{exc.strerror or exc}") from None
-        try:
-            self._wait_ready(started + self.startup_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
         return self
 
-    def _wait_ready(self, deadline: float) -> None:
+    def poll_ready(self) -> bool:
+        """One health check of the spawned server: True once it answers 200 (`startup_seconds` then
+        set), False while not yet; ServerError (with its last log lines) when it exited or its
+        `startup_timeout_s` has passed. The caller stops it."""
+        assert self.process is not None, "spawn the server first"
         url = f"{self.base_url}{self.health_path}"
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise ServerError(
-                    f"{self.name} exited with code {code} before it was ready; last log lines "
-                    f"({self.log_path}):\n{_tail(self.log_path, 40)}"
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2.0) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            if time.monotonic() >= deadline:
-                raise ServerError(
-                    f"{self.name} not ready on {url} within {self.startup_timeout_s:g}s; last log lines "
-                    f"({self.log_path}):\n{_tail(self.log_path, 40)}"
-                )
-            # Polling interval of the health check, not a stand-in for synchronisation.
-            time.sleep(0.5)
+        code = self.process.poll()
+        if code is not None:
+            raise ServerError(
+                f"{self.name} exited with code {code} before it was ready; last log lines "
+                f"({self.log_path}):\n{_tail(self.log_path, 40)}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as resp:
+                if resp.status == 200:
+                    self.startup_seconds = time.monotonic() - self._started
+                    return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.monotonic() >= self._started + self.startup_timeout_s:
+            raise ServerError(
+                f"{self.name} not ready on {url} within {self.startup_timeout_s:g}s; last log lines "
+                f"({self.log_path}):\n{_tail(self.log_path, 40)}"
+            )
+        return False
 
     def running(self) -> bool:
         """True while the started process has not exited."""
