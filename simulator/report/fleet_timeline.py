@@ -1,6 +1,6 @@
 """A fleet run's replicas over time (the run report's Fleet section): per replica, from its own /metrics
 scrapes (fleet/<name>_metrics.jsonl, live or the twin's), the requests it ran and held waiting, its
-KV-cache usage and its prefix-cache hit share so far; and the calls each replica answered per second,
+KV-cache usage and its prefix-cache hit share between scrapes; and the calls each replica answered per second,
 from the call records. One colour per replica on every panel."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from typing import Any, Optional
 import numpy as np
 
 from . import plots, series
+from .timeline import time_bins
 from .cells import number
 from .folder_data import RunData, Scrapes
 from .page import Chart
 
 FLEET_FOLDER = "fleet"
 PANEL_HEIGHT = 1.6
+"""Inches per panel."""
 
 
 def replica_scrapes(run: RunData) -> dict[str, Scrapes]:
@@ -48,7 +50,7 @@ def replica_timeline(run: RunData) -> Optional[Chart]:
     if not scrapes:
         return None
     span = series.run_span(run.calls, run.tasks, next(iter(scrapes.values())))
-    edges = series.time_edges(*span, bins=int(min(series.TIME_BINS, max(60, len(run.calls) // 5))))
+    edges = series.time_edges(*span, bins=time_bins(run))
     panels = ["answered", "requests", "kv", "hits"]
     fig = plots.new_figure(10.0, 1.3 + PANEL_HEIGHT * len(panels))
     axes = plots.subplots(fig, 1, len(panels), sharex=True)
@@ -82,4 +84,4 @@ def replica_timeline(run: RunData) -> Optional[Chart]:
     return Chart("fleet-timeline", "Replicas over time", fig,
                  f"Each replica in its colour. Calls answered per second over bins of {number(edges[1] - edges[0])} s "
                  "(from the call records' replica); requests running and waiting, KV-cache usage and the prefix-cache "
-                 "hit share (hits over queries since the start, in tokens) as each replica's own /metrics showed them.")
+                 "hit share (hits over queries between two scrapes, in tokens) as each replica's own /metrics showed them.")
