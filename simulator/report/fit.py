@@ -6,13 +6,16 @@ only when it alone would not fit beside the key columns."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from .page import Table as PageTable
 
 CellText = Union[str, Text]
 
@@ -33,6 +36,15 @@ class Grid:
     """Rich styles of some rows, by index."""
     caption: str = ""
     box_style: box.Box = box.HEAVY_HEAD
+
+    @classmethod
+    def of(cls, table: "PageTable", keep: int = 1) -> "Grid":
+        """A report table's cells for the terminal, their texts as the report writes them."""
+        grid = cls(table.title, [(label, "right" if table.is_numeric(k) else "left")
+                                 for k, label in enumerate(table.columns)], keep=keep)
+        for r in range(len(table.rows)):
+            grid.add(*(table.cell(r, k).text for k in range(len(table.columns))))
+        return grid
 
     def add(self, *cells: CellText, style: str = "") -> None:
         """Append one row (with a style)."""

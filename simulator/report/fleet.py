@@ -70,21 +70,12 @@ def fleet_line(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def replica_grid(table: Table) -> Grid:
-    """The replica table for the terminal (the same cells' texts)."""
-    grid = Grid(table.title, [(label, "left" if not table.is_numeric(i) else "right")
-                              for i, label in enumerate(table.columns)])
-    for r in range(len(table.rows)):
-        grid.add(*(table.cell(r, c).text for c in range(len(table.columns))))
-    return grid
-
-
 def print_fleet(summary: Any, console: Any) -> None:
     """Print the ``fleet`` section of a fleet run's summary (nothing for a run without one)."""
     data = summary.to_dict() if hasattr(summary, "to_dict") else summary
     table = replica_table(data)
     if table is None:
         return
-    for part in replica_grid(table).tables(console.width):
+    for part in Grid.of(table).tables(console.width):
         console.print(part)
     console.print(fleet_line(data), highlight=False, soft_wrap=True, markup=False)

@@ -206,14 +206,7 @@ def tables(study: Study, data: dict[str, Any]) -> list[Table]:
 def grids(study: Study) -> list[Grid]:
     """The same tables for the terminal (cells' texts as the report writes them)."""
     data = study.model_dump(mode="json")
-    out = []
-    for table in tables(study, data):
-        grid = Grid(table.title, [(label, "right" if table.is_numeric(k) else "left")
-                                  for k, label in enumerate(table.columns)], keep=1)
-        for r in range(len(table.rows)):
-            grid.add(*(table.cell(r, k).text for k in range(len(table.columns))))
-        out.append(grid)
-    return out
+    return [Grid.of(table) for table in tables(study, data)]
 
 
 def _short(per: str) -> str:
