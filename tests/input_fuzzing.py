@@ -18,6 +18,7 @@ Its outcome is one of:
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -70,6 +71,15 @@ def _claude_seed() -> bytes:
     doc["requests"] = doc["requests"][:4]
     doc["requests"].append({"type": "subagent", "agent_id": "a1", "t": doc["requests"][-1]["t"] + 5,
                             "duration_ms": 2000, "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1, 2]}]})
+    # the current fields: a ttft, a background sub-agent, one timed from its spawn (SemiAnalysis layout)
+    last = doc["requests"][-1]["t"]
+    doc["requests"][0]["ttft"] = 0.5
+    doc["requests"].append({"type": "subagent", "agent_id": "a2", "t": last + 1, "status": "async_launched",
+                            "duration_ms": None, "tool_use_count": None,
+                            "requests": [{"t": 0, "in": 90, "out": 4, "hash_ids": [1, 3], "api_time": 1.0}]})
+    doc["requests"].append({"type": "subagent", "agent_id": "a3", "t": last + 2, "status": "completed",
+                            "duration_ms": 3000, "tool_use_count": 2,
+                            "requests": [{"t": last + 2.5, "in": 80, "out": 3, "hash_ids": [1, 4], "ttft": 0.2}]})
     return json.dumps(doc).encode()
 
 
@@ -78,8 +88,13 @@ def seeds() -> dict[str, tuple[str, bytes]]:
     return {
         "claude-code": (".json", _claude_seed()),
         "tracelab": (".jsonl", _head_lines(TRACES / "tracelab" / "round_trace.jsonl", 3)),
+        "tracelab-gz": (".jsonl.gz", gzip.compress(_head_lines(TRACES / "tracelab" / "round_trace.jsonl", 3), mtime=0)),
+        "lmcache": (".jsonl", _head_lines(TRACES / "lmcache" / "taubench" / "5cacdab43997ef46db773ba7a7d4aa13.jsonl", 5)),
         "tracelab-csv": (".csv", (TRACES / "tracelab" / "multi_session_example.csv").read_bytes()),
         "mooncake": (".jsonl", _head_lines(TRACES / "mooncake" / "conversation_trace_head200.jsonl", 6)),
+        "bailian": (".jsonl", _head_lines(TRACES / "bailian" / "bailian_sample_from_format.jsonl", 10)),
+        "dynamo": (".jsonl", (FIXTURES / "dynamo_agent_trace.jsonl").read_bytes()),
+        "dynamo-gz": (".jsonl.gz", gzip.compress((FIXTURES / "dynamo_agent_trace.jsonl").read_bytes(), mtime=0)),
         "otel": (".json", (FIXTURES / "otel_openllmetry.json").read_bytes()),
         "otel-proto": (".pb", (FIXTURES / "otel_openllmetry.pb").read_bytes()),
         "burstgpt": (".csv", (FIXTURES / "burstgpt_sessions.csv").read_bytes()),
@@ -277,12 +292,16 @@ def _csv_mutation(data: bytes, rng: random.Random) -> bytes:
 
 def mutate(fmt: str, data: bytes, rng: random.Random) -> bytes:
     """One to three mutations of a seed of `fmt`."""
+    if fmt == "tracelab-gz" and rng.random() < 0.8:  # mostly the content, compressed again
+        return gzip.compress(mutate("tracelab", gzip.decompress(data), rng), mtime=0)
+    if fmt == "dynamo-gz" and rng.random() < 0.8:
+        return gzip.compress(mutate("dynamo", gzip.decompress(data), rng), mtime=0)
     for _ in range(rng.randrange(1, 4)):
         if rng.random() < 0.35:
             data = _bytes_mutation(data, rng)
         elif fmt in ("tracelab-csv", "burstgpt", "azure"):
             data = _csv_mutation(data, rng)
-        elif fmt in ("tracelab", "mooncake", "native"):
+        elif fmt in ("tracelab", "mooncake", "native", "lmcache", "bailian", "dynamo"):
             data = _json_mutation(data, rng, lines=True)
         elif fmt in ("claude-code", "otel"):
             data = _json_mutation(data, rng, lines=False)
@@ -401,7 +420,8 @@ def trace_case(fmt: str, seed: tuple[str, bytes], rng: random.Random, folder: Pa
     suffix, data = seed
     path = folder / f"case{suffix}"
     path.write_bytes(mutate(fmt, data, rng))
-    forced = None if rng.random() < 0.5 else ("otel" if fmt == "otel-proto" else fmt)
+    forced = None if rng.random() < 0.5 else {"otel-proto": "otel", "tracelab-gz": "tracelab",
+                                              "dynamo-gz": "dynamo"}.get(fmt, fmt)
     on_error = rng.choice(["raise", "skip"])
     return _classify(lambda: load([path], forced, on_error))
 

@@ -79,7 +79,7 @@ def test_help_names_the_profiles_command_and_output_is_a_dir_or_a_file():
                 kinds[key] = action.metavar
     assert kinds == {"run": "DIR", "simulate": "DIR", "study": "DIR", "sweep": "DIR", "trace convert": "FILE",
                      "transform": "FILE",
-                     "generate": "FILE", "fit": "FILE", "calibrate": "FILE"}
+                     "generate": "FILE", "fit": "FILE", "calibrate": "FILE", "record": "FILE"}
 
 
 @pytest.fixture(scope="module")

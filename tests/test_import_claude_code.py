@@ -328,3 +328,126 @@ def test_calls_share_the_ids_they_repeat():
                 break
             n += 1
         assert call.hash_ids[:n] == previous.hash_ids[:n]
+
+
+# ---- the current fields (issue 35): ttft, totals, background and spawn-timed sub-agents -------------------
+
+SEMIANALYSIS = ROOT / "tests" / "fixtures" / "claude_code_semianalysis.json"
+
+
+def _walk_requests(requests):
+    for req in requests:
+        yield req
+        if req.get("type") == "subagent":
+            yield from _walk_requests(req["requests"])
+
+
+def test_each_sample_holds_the_totals_it_states_and_notes_its_ttfts():
+    for file in _json_files(SAMPLES, SAMPLE_FILES):
+        doc = json.loads(file.read_text())
+        workload = load([file])
+        task = workload.tasks[0]
+        sub_calls = [c for s in task.subtasks for c in s.task.calls]
+        stated = doc["totals"]
+        assert sum(c.input_tokens for c in task.calls) == stated["parent_tokens"]["input"]
+        assert sum(c.output_tokens for c in task.calls) == stated["parent_tokens"]["output"]
+        assert sum(c.input_tokens for c in sub_calls) == stated["subagent_tokens"]["input"]
+        assert sum(c.output_tokens for c in sub_calls) == stated["subagent_tokens"]["output"]
+        assert len(task.subtasks) == stated["subagent_count"]
+        notes = workload.provenance[0].notes
+        requests = [r for r in _walk_requests(doc["requests"]) if r.get("type") != "subagent"]
+        with_ttft = sum(1 for r in requests if r.get("ttft") is not None)
+        ttft_notes = [n for n in notes if "ttft" in n]
+        assert ttft_notes == ([f"{with_ttft} of {len(requests)} calls record a ttft (time to first token); a call keeps "
+                               "its api_time as server_time and has no field for the ttft, which is not imported"]
+                              if with_ttft else [])
+        assert not any("disagree" in n for n in notes)
+        # server_time stays api_time where a ttft was recorded too
+        assert [c.server_time for c in task.calls] == [r.get("api_time") for r in _parent_requests(file)]
+
+
+def test_subagent_tool_counts_and_statuses_go_to_the_notes():
+    doc = json.loads((SAMPLES / "trace_0277.json").read_text())
+    subs = [r for r in doc["requests"] if r.get("type") == "subagent"]
+    notes = load([SAMPLES / "trace_0277.json"]).provenance[0].notes
+    tools = sum(r["tool_use_count"] for r in subs)
+    assert f"{len(subs)} sub-agents; {tools:,} tool uses by the count of the {len(subs)} that report one" in notes
+
+
+def test_totals_that_disagree_with_the_requests_are_noted(tmp_path):
+    doc = json.loads((SAMPLES / "trace_0103.json").read_text())
+    doc["totals"]["parent_tokens"]["input"] += 7
+    notes = load([_write(tmp_path, doc)]).provenance[0].notes
+    read = doc["totals"]["parent_tokens"]["input"] - 7
+    assert any(f"parent input: {read + 7:,} stated, {read:,} read" in n for n in notes)
+
+
+def test_semianalysis_layout_times_subagents_from_their_spawn():
+    workload = load([SEMIANALYSIS])
+    assert detect(SEMIANALYSIS) is claude_code
+    task = workload.tasks[0]
+    assert workload.counts() == (1, 7, 2)
+    explore, background = task.subtasks
+    # Explore: spawned at 4.5 s after the first call (which ended at 4.0 s), ran 6 s, and the parent's next
+    # call (12.0 s) came after it ended: waited. Its requests' t count from the session's start.
+    assert (explore.after_call, explore.wait, explore.task.task_class) == (0, True, "Explore")
+    assert [c.sent_at for c in explore.task.calls] == [0.1, 3.5]
+    assert [c.gap for c in explore.task.calls] == [0.0, 1.9]
+    # The parent's think_time 8.0 s includes the 6 s spent waiting for it.
+    assert [c.gap for c in task.calls] == [0.0, 2.0, 1.0]
+    assert [c.sent_at for c in task.calls] == [0.0, 12.0, 16.0]
+    # async_launched: spawned after call 1, the parent goes on without it.
+    assert (background.after_call, background.wait) == (1, False)
+    assert [c.sent_at for c in background.task.calls] == [0.1, 3.8]
+    notes = workload.provenance[0].notes
+    assert "3 of 7 calls record a ttft" in notes[0]
+    assert notes[1] == ("2 sub-agents (1 launched in the background: the parent does not wait for them); 3 tool uses "
+                        "by the count of the 1 that report one; 2 timed on the session's clock from their spawn "
+                        "(SemiAnalysis layout)")
+
+
+def test_background_subagent_in_kv_cache_tester_layout_starts_at_its_launch(tmp_path):
+    # As in kv-cache-tester's trace_0295: a background agent's t is its launch, right after the parent
+    # call that spawned it (10 s + 3 s), its requests counted from its own start.
+    sub = {"t": 13.2, "type": "subagent", "agent_id": "bg", "subagent_type": "general-purpose", "status": "async_launched",
+           "duration_ms": None, "total_tokens": None, "tool_use_count": None,
+           "requests": [_req(0.0, api_time=4.0), _req(5.0, api_time=30.0)]}
+    requests = [_req(0.0, api_time=2.0), _req(10.0, api_time=3.0), sub, _req(14.0), _req(20.0)]
+    task = load([_write(tmp_path, _session(requests))]).tasks[0]
+    assert (task.subtasks[0].after_call, task.subtasks[0].wait) == (1, False)
+    assert [c.gap for c in task.calls] == [1.0, 1.0, 1.0, 1.0]  # nothing waited, nothing taken off
+
+
+def test_requests_without_hash_ids_load_without_blocks_and_are_noted(tmp_path):
+    second = _req(2.0)
+    del second["hash_ids"]
+    third = {**_req(3.0), "hash_ids": None}
+    workload = load([_write(tmp_path, _session([_req(1.0), second, third]))])
+    calls = workload.tasks[0].calls
+    assert [len(c.hash_ids) for c in calls] == [2, 0, 0]
+    assert "2 calls carry no hash_ids: no prefix blocks for them" in workload.provenance[0].notes
+
+
+@pytest.mark.parametrize("bad, where, field", [
+    ({"ttft": -1}, "$.requests[1].ttft", "ttft"),
+    ({"ttft": "fast"}, "$.requests[1].ttft", "ttft"),
+    ({"api_time": 2.0e9}, "$.requests[1].api_time", "api_time"),
+])
+def test_bad_current_request_fields_name_file_path_and_field(tmp_path, bad, where, field):
+    path = _write(tmp_path, _session([_req(1.0), {**_req(2.0), **bad}, _req(3.0)]))
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.file == str(path) and err.value.path == where and err.value.field == field
+    workload = load([path], on_error="skip")
+    assert [c.sent_at for c in workload.tasks[0].calls] == [1.0, 3.0]
+    assert any(n.startswith(f"skipped 1 record(s): {field}:") for n in workload.provenance[0].notes)
+
+
+def test_a_bad_tool_use_count_names_its_subagent(tmp_path):
+    sub = {"t": 5.0, "type": "subagent", "agent_id": "a1", "duration_ms": 2000, "tool_use_count": -2,
+           "requests": [_req(0.0)]}
+    path = _write(tmp_path, _session([_req(1.0), sub, _req(6.0)]))
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert (err.value.path, err.value.field) == ("$.requests[1].tool_use_count", "tool_use_count")
+    assert not load([path], on_error="skip").tasks[0].subtasks

@@ -2,6 +2,7 @@
 fields against the raw rows, timing from events, synthesised prefix reuse, native round trip, errors."""
 
 import csv
+import gzip
 import itertools
 import json
 from datetime import datetime
@@ -342,3 +343,66 @@ def test_calls_of_a_session_share_their_hash_ids():
     task = max(wl.tasks, key=lambda t: len(t.calls))
     chains = {id(c.hash_ids._chain) for c in task.calls if c.hash_ids}
     assert len(chains) < len(task.calls)  # calls that extend the previous one share its chain
+
+
+# ---- the current release (v0.0.1, issue 35): gzip asset, duplicated rounds, internal tool latency -------------
+
+def test_the_release_gzip_file_reads_as_its_jsonl(tmp_path):
+    # The release ships syfi_coding_trace.jsonl.gz: the rows of round_trace.jsonl, compressed.
+    path = tmp_path / "syfi_coding_trace.jsonl.gz"
+    path.write_bytes(gzip.compress(JSONL.read_bytes()))
+    assert detect(path) is tracelab
+    rows = _raw_rows(JSONL)
+    workload = load([path])
+    assert workload.counts() == (len({r["session_id"] for r in rows}), len(rows), 0)
+    assert workload.tasks == load([JSONL]).tasks
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / path.name).write_bytes(path.read_bytes())
+    assert load([folder]).tasks == workload.tasks
+
+
+def test_a_cut_gzip_file_is_an_input_error_naming_the_line(tmp_path):
+    data = gzip.compress(JSONL.read_bytes())
+    path = tmp_path / "syfi_coding_trace.jsonl.gz"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.file == str(path) and err.value.line > 1 and "gzip" in str(err.value)
+    path.write_bytes(data[:10] + b"\x00" * 40 + data[50:])  # damaged in the middle
+    with pytest.raises(InputError, match="gzip"):
+        load([path], format="tracelab")
+
+
+def test_a_round_copied_into_two_session_files_is_read_once_and_noted(tmp_path):
+    rows = _raw_rows(JSONL)
+    path = tmp_path / "merged.jsonl"
+    # the release repeats a round under the same session, index and round_id (a resumed session's copy)
+    copy = {**rows[3], "project": "elsewhere"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [copy]))
+    workload = load([path])
+    assert workload.tasks == load([JSONL]).tasks
+    assert workload.provenance[0].notes == (
+        "rows repeating a round already read (same session_id, round_index and round_id), left out: 1",)
+    # another round under the same index is still bad input, naming the first one's line
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [{**copy, "round_id": "msg_other"}]))
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert err.value.line == len(rows) + 1 and err.value.field == "round_index" and "first on line 4" in str(err.value)
+
+
+def test_the_gap_falls_back_to_the_internal_tool_latency(tmp_path):
+    rows = [
+        {"session_id": "s", "round_index": 0, "input_tokens_total": 200, "output_tokens": 9,
+         "tools": [{"tool_wall_latency_ms": None, "tool_internal_latency_ms": 2500},
+                   {"tool_wall_latency_ms": 700, "tool_internal_latency_ms": 650}]},
+        {"session_id": "s", "round_index": 1, "input_tokens_total": 300, "prefix_tokens": 200, "output_tokens": 5},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert [c.gap for c in load([path]).tasks[0].calls] == [0.0, 2.5]
+    rows[0]["tools"][0]["tool_internal_latency_ms"] = -4
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(InputError) as err:
+        load([path])
+    assert (err.value.line, err.value.field) == (1, "tool_internal_latency_ms")

@@ -9,7 +9,7 @@ import textwrap
 
 OUTPUT_RULE = (
     "-o/--output names what a command writes: a result folder (DIR) for run, simulate, study and sweep; a "
-    "file (FILE) for trace convert, transform, generate, fit and calibrate."
+    "file (FILE) for trace convert, transform, generate, fit, calibrate and record."
 )
 
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
@@ -102,6 +102,15 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("fit a profile to a running server",
          "agentload calibrate -p tiny-vllm-cpu --target http://localhost:8000 --vocab-size 1024 -o mine.yaml"),
         ("check that the fit recovers a profile from its own twin", "agentload calibrate -p tiny-vllm-cpu --twin"),
+    ],
+    "record": [
+        ("record what agents send to a vLLM server: point them at port 8100 instead of 8000",
+         "agentload record --upstream http://localhost:8000 --listen 127.0.0.1:8100 -o traffic.jsonl"),
+        ("look at the recording while it grows", "agentload trace inspect traffic.jsonl"),
+        ("replay it against the server", "agentload run --trace traffic.jsonl --target http://localhost:8000"),
+        ("group calls by the agent's own session header, new file every hour",
+         "agentload record --upstream http://localhost:8000 -o rec/traffic.jsonl --session-header x-claude-code-session-id "
+         "--rotate-time 3600"),
     ],
     "serve-emulator": [
         ("an emulator serving the twin of a profile", "agentload serve-emulator --profile tiny-vllm-cpu --port 8000"),

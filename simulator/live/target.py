@@ -49,8 +49,7 @@ async def open_target(scenario: Scenario, **more: Any) -> AsyncIterator[Any]:
             raise InputError(f"environment variable {spec.api_key_env} is not set", file=scenario.source,
                              path="target.api_key_env", field="api_key_env")
     _check_credentials(scenario, api_key)
-    fields = spec.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics"})
-    yield Target(api_key=api_key, **fields, **more)
+    yield Target(api_key=api_key, **{**spec.client_fields(), **more})
 
 
 def _check_credentials(scenario: Scenario, api_key: Optional[str]) -> None:

@@ -15,7 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, WithJsonSche
 
 from .. import validation
 from ..emulator.settings import EmulatorSection
-from .fleet import FleetSpec
+from .fleet import FleetSpec, SessionSpec
 from ..metrics.slo import Slo
 from ..transforms import TransformSpec
 from ..workload import MAX_SECONDS, MAX_TOKENS
@@ -134,6 +134,18 @@ class TargetSpec(_Strict):
     gpu_metrics: bool = Field(
         False, description="Also sample this machine's GPUs through NVML (needs nvidia-ml-py): for a server on this machine."
     )
+    session: Optional[SessionSpec] = Field(
+        None, description="Send each call's session key (its top-level task's id, or with sub_agents: own its own "
+        "task's) in a header and/or the OpenAI `user` field, as agents that name their sessions do (a recorder or "
+        "router groups calls by it). Default: no key sent.")
+
+    def client_fields(self) -> dict[str, Any]:
+        """The HTTP client's `Target` settings this section gives (without the API key, read apart)."""
+        fields = self.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics", "session"})
+        if self.session is not None:
+            fields.update(session_header=self.session.header, session_user=self.session.user_field,
+                          session_sub_agents=self.session.sub_agents)
+        return fields
 
     # The checks below never echo the value: a URL or a header may hold a credential.
     @field_validator("base_url")

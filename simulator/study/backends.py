@@ -163,7 +163,7 @@ class LiveBackend:
         if spec is None:
             return None
         api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-        return Target(api_key=api_key, **spec.model_dump(exclude={"api_key_env", "metrics", "gpu_metrics"}))
+        return Target(api_key=api_key, **spec.client_fields())
 
     def _warm_up(self) -> None:
         """Send the warm-up calls one after another (first requests pay one-time costs); unmeasured."""

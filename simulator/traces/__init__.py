@@ -1,7 +1,9 @@
 """Trace importers: one module per format, chosen from a file's content, all producing a `Workload`.
 
 An importer module defines ``FORMAT`` (its name on the command line), ``sniff(path, head) -> bool``
-(does this file look like mine? `head` is the first 64 KiB) and ``read(path, policy) -> Workload``.
+(does this file look like mine? `head` is the first 64 KiB) and ``read(path, policy) -> Workload``; one
+whose tasks may run across files (a recording's rotated files) also defines ``read_files(paths, policy)``,
+given all such files of a folder at once.
 `load` picks the importer, reads every file of a folder, and merges them into one workload.
 """
 
@@ -20,13 +22,17 @@ from ..workload import Provenance, Task, Workload
 
 # Sniffing order: the most specific formats first.
 _MODULES = (
+    "recording",
     "claude_code",
+    "dynamo",
+    "bailian",
     "tracelab",
     "tracelab_csv",
     "mooncake",
     "otel",
     "burstgpt",
     "azure",
+    "lmcache",
     "native",
 )
 HEAD_BYTES = 65536
@@ -100,9 +106,11 @@ def load(
         hint = f"; did you mean `{near[0]}`?" if near else ""
         raise InputError(f"unknown format {format!r} (known: {', '.join(known)}){hint}")
     parts: list[Workload] = []
+    given: dict[ModuleType, list[Path]] = {}  # files named one by one, of formats read together
     for root in paths:
         root = Path(root)
         by_format: dict[str, list[Workload]] = {}
+        joined: dict[ModuleType, list[Path]] = {}  # files of formats read together (`read_files`)
         skipped: list[str] = []
         for file in _files(root):
             try:
@@ -114,22 +122,23 @@ def load(
                 # no importer recognises is skipped and named in the workload's notes.
                 skipped.append(f"skipped {file}: {exc.message}")
                 continue
-            policy = ErrorPolicy(on_error)
-            try:
-                with gc_paused():
-                    part = module.read(file, policy)
-            except OSError as exc:
-                raise InputError(f"cannot read: {exc.strerror or exc}", file=str(file)) from None
-            if policy.total_skipped:
-                part = _with_notes(part, policy.notes())
-            by_format.setdefault(module.FORMAT, []).append(part)
+            if hasattr(module, "read_files"):
+                (joined if root.is_dir() else given).setdefault(module, []).append(file)
+                continue
+            by_format.setdefault(module.FORMAT, []).append(_read(module, [file], on_error))
+        for module, files in joined.items():
+            by_format.setdefault(module.FORMAT, []).append(_read(module, files, on_error))
         if not by_format:
+            if not root.is_dir():
+                continue  # a file read with others of its format (below)
             raise InputError("no file in this folder is a trace of a known format: " + "; ".join(skipped),
                              file=str(root))
         for fmt, found in by_format.items():
             parts.append(_merge(found, Provenance(str(root), fmt, {"on_error": on_error})) if root.is_dir() else found[0])
         if skipped:
             parts[-1] = _with_notes(parts[-1], tuple(skipped))
+    for module, files in given.items():
+        parts.append(_read(module, files, on_error))
     merged = _merge(parts, None)
     tasks = _unique_ids(merged.tasks)
     if not tasks:
@@ -140,6 +149,20 @@ def load(
 
         workload, _ = derive(workload)
     return workload
+
+
+def _read(module: ModuleType, files: list[Path], on_error: OnError) -> Workload:
+    """`files` read by `module`: one by one (`read`), or together when it has ``read_files`` (a
+    recording's rotated files, whose tasks run across files)."""
+    policy = ErrorPolicy(on_error)
+    try:
+        with gc_paused():
+            part = module.read_files(files, policy) if len(files) > 1 else module.read(files[0], policy)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=str(files[0])) from None
+    if policy.total_skipped:
+        part = _with_notes(part, policy.notes())
+    return part
 
 
 def _with_notes(part: Workload, notes: tuple[str, ...]) -> Workload:

@@ -1,4 +1,6 @@
-"""TraceLab round traces (uw-syfi/TraceLab, ``round_trace.jsonl``): one row per LLM round.
+"""TraceLab round traces (uw-syfi/TraceLab): one row per LLM round, as JSON Lines (``round_trace.jsonl``,
+the repository's examples) or gzip-compressed JSON Lines (``syfi_coding_trace.jsonl.gz``, the dataset's
+release asset from v0.0.1 on, read as it is).
 
 Rows are grouped into one `Task` per ``session_id`` (class: the row's ``provider``, e.g.
 ``claude`` or ``codex``, else ``tracelab``) and ordered by ``round_index``. Each round is a `Call`:
@@ -14,10 +16,20 @@ Rows are grouped into one `Task` per ``session_id`` (class: the row's ``provider
   So sent_at = send time minus the session's first timestamp, server_time = end minus send, and the
   gap before a round = its send time minus the previous round's end: the tools' wall time (parallel
   tools overlap, so the longest one counts) plus any user think time, which the tool latencies alone
-  would miss. When a round lacks timestamps, the gap falls back to the longest
-  ``tools[].tool_wall_latency_ms`` of the previous round (0 without tools).
+  would miss. When a round lacks timestamps, the gap falls back to the longest tool latency of the
+  previous round (0 without tools): ``tools[].tool_wall_latency_ms``, the wall time the trace observed,
+  else ``tool_internal_latency_ms``, the time the tool reported.
 - arrival = the session's first timestamp minus the earliest first timestamp in the file (0 for
   sessions without timestamps).
+
+Duplicates. The released trace merges every session file it found, and a round copied into two session
+files (a resumed session) appears twice under one ``session_id`` and ``round_index`` with the same
+``round_id``: the copies after the first are left out and counted in the notes. Two different rounds
+(another ``round_id``, or none) under one ``session_id`` and ``round_index`` are bad input.
+
+Fields not read: the Claude cache split (``claude_*_input_tokens``), ``newly_append_tokens`` (the
+prompt less ``prefix_tokens``), ``reasoning_output_tokens``, the ``current_*`` input summaries, and the
+provenance fields (``project``, ``user``, ``store``, ``trace_key``, ``turn_id``).
 
 Errors name the file, the line and the field (as a JSON path within the line: ``$.output_tokens``).
 """
@@ -30,6 +42,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import orjson
 
+from . import compressed
 from ..errors import ErrorPolicy, InputError
 from ..workload import MAX_SECONDS, MAX_TOKENS, Call, Provenance, Task, Workload
 from .prefix import extend_prefix, fresh_ids
@@ -38,18 +51,21 @@ FORMAT = "tracelab"
 BLOCK_SIZE = 64
 DEFAULT_CLASS = "tracelab"
 INPUT_EVENTS = frozenset({"user_message", "tool_result"})
+TOOL_LATENCIES = ("tool_wall_latency_ms", "tool_internal_latency_ms")
+"""A tool's latency fields, in order of preference (see the module doc)."""
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """JSON lines with ``round_index`` and ``input_tokens_total``."""
+    """JSON lines with ``round_index`` and ``input_tokens_total``, plain or gzip-compressed."""
+    head = compressed.plain_head(head)
     return head.lstrip()[:1] == b"{" and b'"round_index"' in head and b'"input_tokens_total"' in head
 
 
 class _Round:
     """One validated row, before rounds are chained into calls."""
 
-    __slots__ = ("session", "index", "provider", "model", "total", "prefix", "output", "send", "end", "first", "tool_wait",
-                 "line")
+    __slots__ = ("session", "index", "round_id", "provider", "model", "total", "prefix", "output", "send", "end", "first",
+                 "tool_wait", "line")
 
     def __init__(self, **values: Any) -> None:
         for key, value in values.items():
@@ -57,10 +73,10 @@ class _Round:
 
 
 def _rows(path: Path, name: str) -> Iterator[tuple[Any, int]]:
-    """(row, line number) for each non-blank line of a JSONL file."""
+    """(row, line number) for each non-blank line of a JSONL file, gzip-compressed or not."""
     empty = True
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
+    try:
+        for number, raw in compressed.lines(path):
             if not raw.strip():
                 continue
             empty = False
@@ -69,6 +85,8 @@ def _rows(path: Path, name: str) -> Iterator[tuple[Any, int]]:
             except orjson.JSONDecodeError as exc:
                 raise InputError(f"invalid JSON: {exc}", file=name, line=number) from None
             yield row, number
+    except compressed.DamagedGzip as exc:  # a cut or damaged gzip file
+        raise InputError(f"damaged gzip data after line {exc.line}: {exc}", file=name, line=exc.line + 1) from None
     if empty:
         raise InputError("empty file", file=name)
 
@@ -135,17 +153,20 @@ class _RowReader:
         if not isinstance(tools, list):
             raise self.error("must be a list", line, where, "tools")
         for i, tool in enumerate(tools):
-            ms = tool.get("tool_wall_latency_ms") if isinstance(tool, dict) else None
-            if ms is None:
-                continue
-            if type(ms) not in (int, float) or not 0 <= ms <= MAX_SECONDS * 1000:
-                raise self.error(f"must be a number of milliseconds from 0 to {MAX_SECONDS * 1000:g}", line,
-                                 f"{where}.tools[{i}]", "tool_wall_latency_ms")
-            tool_wait = max(tool_wait, ms / 1000.0)
-        provider, model = row.get("provider"), row.get("model")
+            for key in TOOL_LATENCIES:
+                ms = tool.get(key) if isinstance(tool, dict) else None
+                if ms is None:
+                    continue
+                if type(ms) not in (int, float) or not 0 <= ms <= MAX_SECONDS * 1000:
+                    raise self.error(f"must be a number of milliseconds from 0 to {MAX_SECONDS * 1000:g}", line,
+                                     f"{where}.tools[{i}]", key)
+                tool_wait = max(tool_wait, ms / 1000.0)
+                break
+        provider, model, round_id = row.get("provider"), row.get("model"), row.get("round_id")
         return _Round(
             session=session,
             index=self.count(row, "round_index", line, where),
+            round_id=round_id if isinstance(round_id, str) and round_id else None,
             provider=provider if isinstance(provider, str) and provider else DEFAULT_CLASS,
             model=model if isinstance(model, str) else None,
             total=total,
@@ -211,17 +232,23 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
     name = str(path)
     reader = _RowReader(name)
     sessions: dict[str, list[_Round]] = {}
-    seen: set[tuple[str, int]] = set()
+    seen: dict[tuple[str, int], _Round] = {}
+    copies = 0
     for row, line in _rows(path, name):
         where = "$"
         try:
             r = reader.round(row, line, where)
-            if (r.session, r.index) in seen:
-                raise reader.error("this round of the session appears twice", line, where, "round_index")
+            first = seen.get((r.session, r.index))
+            if first is not None:
+                if r.round_id is not None and r.round_id == first.round_id:
+                    copies += 1
+                    continue
+                raise reader.error(f"this round of the session appears twice (first on line {first.line})", line,
+                                   where, "round_index")
         except InputError as exc:
             policy.bad(exc)
             continue
-        seen.add((r.session, r.index))
+        seen[(r.session, r.index)] = r
         sessions.setdefault(r.session, []).append(r)
     firsts = [r.first for rounds in sessions.values() for r in rounds if r.first is not None]
     origin = min(firsts) if firsts else None
@@ -231,4 +258,6 @@ def read(path: Path, policy: ErrorPolicy) -> Workload:
             tasks.append(_session_task(name, session, rounds, origin))
         except InputError as exc:
             policy.bad(exc)
-    return Workload(tuple(tasks), (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}),))
+    notes = ("rows repeating a round already read (same session_id, round_index and round_id), left out: "
+             f"{copies:,}",) if copies else ()
+    return Workload(tuple(tasks), (Provenance(name, FORMAT, {"block_size": BLOCK_SIZE}, notes),))

@@ -1,0 +1,89 @@
+"""The recorder end to end: `agentload run` replays a generated agent workload with sub-agents through
+`agentload record` to the built-in emulator; the recording groups the calls into the replayed tasks, keeps
+their gaps and token counts, and replayed in turn gives the same prefix-cache hit share. A recorder killed
+mid-run keeps every call it finished; no prompt text, header value or URL credential reaches its files."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from recorder_runs import agent_workload, emulator, matched_owners, recorder, share_right, write_native
+from simulator.cli import main
+from simulator.model.fidelity import compare_workloads
+from simulator.traces import load
+
+
+
+def _run(tmp: Path, name: str, trace: Path, url: str, session: bool = False) -> Path:
+    scenario = {
+        "name": name,
+        "workload": {"trace": str(trace)},
+        "target": {"base_url": url, "metrics": False,
+                   **({"session": {"header": "x-agentload-session"}} if session else {})},
+        "run": {"seed": 3, "output": str(tmp / "results")},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(json.dumps(scenario))
+    out = tmp / "results" / name
+    assert main(["run", str(path), "-o", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One workload replayed through the recorder twice, with and without the session header."""
+    tmp = tmp_path_factory.mktemp("rec")
+    workload = agent_workload(tasks=16, rate=2.0, seed=11)
+    trace = write_native(workload, tmp / "sent.jsonl")
+    out = {"workload": workload, "trace": trace, "tmp": tmp}
+    for session in (False, True):
+        with emulator() as (emu, _), recorder(emu, tmp / f"rec-{session}.jsonl") as (rec, proc):
+            result = _run(tmp, f"through-{session}", trace, rec, session=session)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+            out[session] = (result, load([tmp / f"rec-{session}.jsonl"]), proc.log().decode())
+    return out
+
+
+def test_without_a_header_calls_are_grouped_into_their_tasks(recorded):
+    result, recording, _ = recorded[False]
+    owners = matched_owners(result / "calls.jsonl", recording)
+    sent_calls = recorded["workload"].counts()[1]
+    assert len(owners["true_top"]) == sent_calls  # every call recorded and matched
+    right, own = share_right(owners["true_top"], owners["found_top"]), share_right(owners["true_own"], owners["found_own"])
+    found_subs = recording.counts()[2]
+    print(f"no header: {right:.1%} of {len(owners['true_top'])} calls in the right task, {own:.1%} in the right "
+          f"(sub-)task; {found_subs} sub-agents found of {recorded['workload'].counts()[2]}")
+    assert right >= 0.95
+    # sub-agents found: most of the sent ones, each a (sub-)task of its own
+    assert own >= 0.9
+    assert 0.8 * recorded["workload"].counts()[2] <= found_subs <= 1.2 * recorded["workload"].counts()[2]
+
+
+def test_with_the_session_header_every_call_is_in_its_task(recorded):
+    result, recording, _ = recorded[True]
+    owners = matched_owners(result / "calls.jsonl", recording)
+    assert len(owners["true_top"]) == recorded["workload"].counts()[1]
+    assert share_right(owners["true_top"], owners["found_top"]) == 1.0
+
+
+def test_the_recording_keeps_gaps_and_token_counts(recorded):
+    _, recording, _ = recorded[False]
+    comparison = {m.name: m for m in compare_workloads(recorded["workload"], recording).marginals}
+    print("KS, recording vs sent: " + ", ".join(f"{n} {comparison[n].ks:.3f}" for n in ("input_tokens", "output_tokens", "gaps_s")))
+    for name in ("input_tokens", "output_tokens", "gaps_s"):
+        assert comparison[name].ks <= 0.05, (name, comparison[name])
+
+
+def test_the_recording_replays_with_the_recorded_hit_share(recorded):
+    result, _, _ = recorded[False]
+    hit = json.loads((result / "summary.json").read_text())["server"]["usage_cached_tokens"]["hit_share"]
+    with emulator() as (emu, _):
+        replay = _run(recorded["tmp"], "replay", recorded["tmp"] / "rec-False.jsonl", emu)
+    again = json.loads((replay / "summary.json").read_text())["server"]["usage_cached_tokens"]["hit_share"]
+    print(f"prefix-cache hit share: recorded run {hit:.3f}, the recording replayed {again:.3f}")
+    assert hit > 0.5 and abs(again - hit) <= 0.03, (hit, again)
