@@ -54,7 +54,6 @@ import asyncio
 import os
 import pstats
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +68,8 @@ import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from recorder_runs import python_child  # noqa: E402 - the tests' way to run a server in a child process
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CORES = sorted(os.sched_getaffinity(0))
 TARGET_P50_MS, TARGET_P99_MS, TARGET_CAPACITY = 0.5, 2.0, 0.90
@@ -79,48 +80,6 @@ VOCAB = 32000
 
 
 # ---- child processes ----------------------------------------------------------------------------------------
-
-@dataclass
-class Child:
-    """A child process serving HTTP: its URL and process."""
-
-    url: str
-    proc: subprocess.Popen
-    said: str = ""
-    """What it wrote to stderr, once it has stopped."""
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-
-@contextmanager
-def child(argv: list[str]) -> Iterator[Child]:
-    """``python ARGV`` in a child process until the block ends (then SIGTERM, which every server here answers
-    by closing cleanly); the URL is the last word of its first line."""
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
-    try:
-        line = proc.stdout.readline().decode()
-        if "http://" not in line:
-            proc.kill()
-            proc.wait()
-            log.seek(0)
-            raise RuntimeError(f"{' '.join(argv[:3])} did not start: {line!r} {log.read().decode()[-2000:]}")
-        started = Child(line.rsplit(" ", 1)[1].strip(), proc)
-        yield started
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.seek(0)
-        if "started" in locals():
-            started.said = log.read().decode(errors="replace")
-        log.close()
 
 
 def cpu_seconds(pid: int) -> np.ndarray:
@@ -510,16 +469,16 @@ def servers(args: argparse.Namespace, sides: list[str], timing: list[str], folde
     emu_argv = ["-m", "simulator", "serve-emulator", "--host", "127.0.0.1", "--port", "0", *timing]
     recorder = None
     try:
-        with child(emu_argv) as emulator, \
-                child(recorder_argv(args, part, emulator.url, folder / f"{part}.jsonl")) as recorder:
-            urls = {"direct": emulator.url, "recorder": recorder.url}
+        with python_child(*emu_argv) as (emulator_url, emulator), \
+                python_child(*recorder_argv(args, part, emulator_url, folder / f"{part}.jsonl")) as (recorder_url, recorder):
+            urls = {"direct": emulator_url, "recorder": recorder_url}
             pids = {"emulator": emulator.pid, "recorder": recorder.pid}
             if "bare" not in sides:
                 yield urls, pids
                 return
-            bare_argv = [str(Path(__file__).resolve()), "--serve-bare", emulator.url, "--proxy-loop", args.proxy_loop]
-            with child(bare_argv) as bare:
-                urls["bare"], pids["bare"] = bare.url, bare.pid
+            bare_argv = [str(Path(__file__).resolve()), "--serve-bare", emulator_url, "--proxy-loop", args.proxy_loop]
+            with python_child(*bare_argv) as (urls["bare"], bare):
+                pids["bare"] = bare.pid
                 yield urls, pids
     finally:
         if recorder is not None:  # its own tally, said when it stops (and any call it could not record)

@@ -61,12 +61,13 @@ def write_native(workload: Workload, path: Path) -> Path:
 
 
 @contextmanager
-def child(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``python -m simulator ARGS`` in a child process; yields the URL its first line ends with and the
+def python_child(*argv: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python ARGV`` in a child process serving HTTP; yields the URL its first line ends with and the
     process, whose ``log()`` gives everything else it printed (stdout and stderr, kept in a file: a pipe
-    nobody reads would stop the child once full)."""
+    nobody reads would stop the child once full) and, once the block is left, ``said`` all of it. The
+    child is stopped with SIGTERM when the block ends, if it still runs."""
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", *args], stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
 
     def read_log() -> bytes:
         log.seek(0)
@@ -78,7 +79,7 @@ def child(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
         if "http://" not in line:
             proc.kill()
             proc.wait()
-            raise RuntimeError(f"{args[0]} did not start: {line!r} {read_log().decode()[-2000:]}")
+            raise RuntimeError(f"{' '.join(argv[:3])} did not start: {line!r} {read_log().decode()[-2000:]}")
         yield line.rsplit(" ", 1)[1].strip(), proc
     finally:
         if proc.poll() is None:
@@ -88,7 +89,13 @@ def child(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        proc.said = read_log().decode(errors="replace")  # type: ignore[attr-defined]
         log.close()
+
+
+def child(*args: str):
+    """``agentload ARGS`` in a child process (`python_child`)."""
+    return python_child("-m", "simulator", *args)
 
 
 def emulator(*extra: str):

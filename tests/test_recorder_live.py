@@ -1,7 +1,7 @@
 """The recorder end to end: `agentload run` replays a generated agent workload with sub-agents through
-`agentload record` to the built-in emulator; the recording groups the calls into the replayed tasks, keeps
-their gaps and token counts, and replayed in turn gives the same prefix-cache hit share. A recorder killed
-mid-run keeps every call it finished; no prompt text, header value or URL credential reaches its files."""
+`agentload record` to the built-in emulator; the recording groups the calls into the replayed tasks (by
+the session header, and without it: inferred), keeps their gaps and token counts, and replayed in turn
+gives the same prefix-cache hit share."""
 
 from __future__ import annotations
 
@@ -35,22 +35,25 @@ def _run(tmp: Path, name: str, trace: Path, url: str, session: bool = False) -> 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """One workload replayed through the recorder twice, with and without the session header."""
+    """One workload replayed by `agentload run`, sending the session header, through two recorders in a
+    row to the emulator: the first groups by the header, the second is told to read another header, so
+    it records the same calls without one."""
     tmp = tmp_path_factory.mktemp("rec")
     workload = agent_workload(tasks=16, rate=2.0, seed=11)
     trace = write_native(workload, tmp / "sent.jsonl")
-    out = {"workload": workload, "trace": trace, "tmp": tmp}
-    for session in (False, True):
-        with emulator() as (emu, _), recorder(emu, tmp / f"rec-{session}.jsonl") as (rec, proc):
-            result = _run(tmp, f"through-{session}", trace, rec, session=session)
+    with emulator() as (emu, _), \
+            recorder(emu, tmp / "rec-False.jsonl", "--session-header", "x-not-sent", "--no-traceparent") as (blind, p1), \
+            recorder(blind, tmp / "rec-True.jsonl") as (keyed, p2):
+        result = _run(tmp, "through", trace, keyed, session=True)
+        for proc in (p2, p1):
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(60) == 0
-            out[session] = (result, load([tmp / f"rec-{session}.jsonl"]), proc.log().decode())
-    return out
+    return {"workload": workload, "trace": trace, "tmp": tmp,
+            **{session: (result, load([tmp / f"rec-{session}.jsonl"])) for session in (False, True)}}
 
 
 def test_without_a_header_calls_are_grouped_into_their_tasks(recorded):
-    result, recording, _ = recorded[False]
+    result, recording = recorded[False]
     owners = matched_owners(result / "calls.jsonl", recording)
     sent_calls = recorded["workload"].counts()[1]
     assert len(owners["true_top"]) == sent_calls  # every call recorded and matched
@@ -65,14 +68,14 @@ def test_without_a_header_calls_are_grouped_into_their_tasks(recorded):
 
 
 def test_with_the_session_header_every_call_is_in_its_task(recorded):
-    result, recording, _ = recorded[True]
+    result, recording = recorded[True]
     owners = matched_owners(result / "calls.jsonl", recording)
     assert len(owners["true_top"]) == recorded["workload"].counts()[1]
     assert share_right(owners["true_top"], owners["found_top"]) == 1.0
 
 
 def test_the_recording_keeps_gaps_and_token_counts(recorded):
-    _, recording, _ = recorded[False]
+    _, recording = recorded[False]
     comparison = {m.name: m for m in compare_workloads(recorded["workload"], recording).marginals}
     print("KS, recording vs sent: " + ", ".join(f"{n} {comparison[n].ks:.3f}" for n in ("input_tokens", "output_tokens", "gaps_s")))
     for name in ("input_tokens", "output_tokens", "gaps_s"):
@@ -80,7 +83,7 @@ def test_the_recording_keeps_gaps_and_token_counts(recorded):
 
 
 def test_the_recording_replays_with_the_recorded_hit_share(recorded):
-    result, _, _ = recorded[False]
+    result, _ = recorded[False]
     hit = json.loads((result / "summary.json").read_text())["server"]["usage_cached_tokens"]["hit_share"]
     with emulator() as (emu, _):
         replay = _run(recorded["tmp"], "replay", recorded["tmp"] / "rec-False.jsonl", emu)

@@ -151,6 +151,10 @@ def test_rotated_files_read_as_one_recording_and_each_on_its_own(tmp_path):
         assert len(whole.tasks) == 2 and len(whole.tasks[0].calls) == 3 and len(whole.tasks[0].subtasks) == 1
     alone = load([j.files[4]])  # t1's second call alone: ids written whole, no hash_keep across files
     assert tuple(alone.tasks[0].calls[0].hash_ids) == (1, 2, 3, 4, 5, 6)
+    by_time = _journal(tmp_path / "timed" / "traffic.jsonl", rotate_seconds=1e-9)  # every file already old
+    _write_session(by_time)
+    by_time.close()
+    assert len(by_time.files) == 8 and load([tmp_path / "timed"]).counts() == whole.counts()
 
 
 def test_a_line_cut_short_is_left_out_and_every_finished_line_kept(tmp_path):
