@@ -83,6 +83,22 @@ def _claude_seed() -> bytes:
     return json.dumps(doc).encode()
 
 
+def _recording_seed() -> bytes:
+    """A recording as `agentload record` writes it: a task with a sub-task, a failed call, compact ids and
+    a revision."""
+    lines = [{"agentload_recording": 1, "hash": "agentload-prefix-v1", "block_size": 16, "started_unix": 1000.0,
+              "upstream": "http://127.0.0.1:8000", "segment": 0},
+             {"task": "t1", "i": 0, "t": 1.0, "end": 2.0, "input_tokens": 64, "output_tokens": 8, "hash_ids": [1, 2, 3, 4]},
+             {"task": "t1/s1", "i": 0, "parent": "t1", "after_call": 0, "t": 2.05, "end": 2.5, "input_tokens": 32,
+              "output_tokens": 4, "ttft": 0.1, "hash_ids": [9, 10]},
+             {"task": "t1", "i": 1, "t": 2.6, "end": 2.7, "status": 503, "error": "http_503"},
+             {"task": "t1", "i": 2, "t": 3.5, "end": 4.0, "input_tokens": 96, "output_tokens": 8, "hash_keep": 4,
+              "hash_ids": [5, 6], "stop_reason": "stop", "model": "m", "api": "chat"},
+             {"revise": "t1/s1", "parent": "t1", "after_call": 0},
+             {"task": "t2", "i": 0, "t": 3.0, "end": 3.2, "input_tokens": 20, "output_tokens": 1, "hash_ids": [50]}]
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
 def seeds() -> dict[str, tuple[str, bytes]]:
     """Format name -> (file suffix, seed content)."""
     return {
@@ -100,6 +116,7 @@ def seeds() -> dict[str, tuple[str, bytes]]:
         "burstgpt": (".csv", (FIXTURES / "burstgpt_sessions.csv").read_bytes()),
         "azure": (".csv", _head_lines(TRACES / "azure-2023" / "AzureLLMInferenceTrace_code_rows1500-2499.csv", 12)),
         "native": (".jsonl", _native_seed()),
+        "recording": (".jsonl", _recording_seed()),
     }
 
 
@@ -301,7 +318,7 @@ def mutate(fmt: str, data: bytes, rng: random.Random) -> bytes:
             data = _bytes_mutation(data, rng)
         elif fmt in ("tracelab-csv", "burstgpt", "azure"):
             data = _csv_mutation(data, rng)
-        elif fmt in ("tracelab", "mooncake", "native", "lmcache", "bailian", "dynamo"):
+        elif fmt in ("tracelab", "mooncake", "native", "lmcache", "bailian", "dynamo", "recording"):
             data = _json_mutation(data, rng, lines=True)
         elif fmt in ("claude-code", "otel"):
             data = _json_mutation(data, rng, lines=False)

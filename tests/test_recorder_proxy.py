@@ -167,10 +167,14 @@ def test_a_killed_recorder_keeps_every_call_it_finished_and_the_file_reads_while
                                         {"model": MODEL, "prompt": prompt, "max_tokens": 3, "stream": True})
                 assert status == 200
 
-    with emulator() as (emu, _), recorder(emu, out) as (rec, proc):
+    with emulator() as (emu, _), recorder(emu, out, "--status-every", "0.05") as (rec, proc):
         asyncio.run(calls(rec, 5))
         _wait_lines(out, 5)
         assert main(["trace", "inspect", str(out)]) == 0  # read while the recorder runs
+        end = time.monotonic() + 60
+        while b"5 call(s) recorded, 0 failed" not in proc.log() and time.monotonic() < end:
+            time.sleep(0.02)  # its status line, said once the count moved
+        assert b"5 call(s) recorded, 0 failed" in proc.log()
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)
     with open(out, "ab") as fh:

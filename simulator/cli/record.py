@@ -59,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="start a new file when the current one is this old")
     parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
                         help="a task without a call for this long is over (a later call starts a new task)")
+    parser.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+                        help="say how many calls were recorded this often, when the count moved (0: only at exit)")
     parser.set_defaults(func=run)
 
 
@@ -79,6 +81,8 @@ def settings_from(args: argparse.Namespace):
     if not host or not port.isdigit() or int(port) > 65535:
         raise InputError(f"expected HOST:PORT, e.g. 127.0.0.1:8100, got {args.listen!r}", file="command line",
                          field="--listen")
+    if args.status_every < 0:
+        raise InputError("must not be negative", file="command line", field="--status-every")
     for name in ("rotate_size", "rotate_time", "idle_timeout"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -96,8 +100,9 @@ def settings_from(args: argparse.Namespace):
         idle_timeout=args.idle_timeout)
 
 
-async def record(settings) -> "object":
-    """Run the recorder until SIGINT or SIGTERM; returns its tally."""
+async def record(settings, status_every: float = 0.0) -> "object":
+    """Run the recorder until SIGINT or SIGTERM, saying what it has recorded every `status_every` seconds
+    (0: never); returns the recorder."""
     from ..recorder.proxy import Recorder  # noqa: PLC0415
     from ..recorder.prompt_tokens import TokenizeError  # noqa: PLC0415
 
@@ -116,8 +121,18 @@ async def record(settings) -> "object":
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    said = None
     try:
-        await stop.wait()
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=status_every or None)
+            except asyncio.TimeoutError:
+                tally = recorder.tally
+                now = (tally.recorded, tally.failed, tally.passed)
+                if now != said:  # a line only when something happened
+                    said = now
+                    print(f"agentload record: {tally.recorded:,} call(s) recorded, {tally.failed:,} failed, "
+                          f"{recorder.grouper.live_chains:,} task chain(s) live", file=sys.stderr, flush=True)
     finally:
         await recorder.stop()
     return recorder
@@ -125,7 +140,7 @@ async def record(settings) -> "object":
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    recorder = asyncio.run(record(settings))
+    recorder = asyncio.run(record(settings, args.status_every))
     tally = recorder.tally
     files = ", ".join(str(p) for p in recorder.journal.files)
     print(f"agentload record: {tally.recorded:,} call(s) recorded, {tally.failed:,} failed, "

@@ -25,7 +25,7 @@ import orjson
 
 from ..errors import ErrorPolicy, InputError
 from ..hash_ids import ID_LIMIT, HashIds
-from ..workload import DEFAULT_CLASS, MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
+from ..workload import DEFAULT_CLASS, MAX_DEPTH, MAX_SECONDS, MAX_TOKENS, Call, Provenance, SubTask, Task, Workload
 
 FORMAT = "recording"
 VERSION = 1
@@ -268,13 +268,14 @@ def _tasks(chains: dict[str, _Chain], offset: float, prefix: str, block_size: in
     orphans = 0
     for name, chain in chains.items():
         parent = chain.parent()[0]
-        if parent is not None and parent in chains and not _is_ancestor(chains, name, parent):
+        if parent is not None and parent in chains and 0 < _depth(chains, name) <= MAX_DEPTH:
             chains[parent].children.append(name)
         else:
             orphans += parent is not None
             roots.append(name)
     if orphans:
-        notes.append(f"{orphans} sub-task(s) whose parent is not in the files read became top-level tasks")
+        notes.append(f"{orphans} sub-task(s) whose parent is not in the files read (or that nest deeper than "
+                     f"{MAX_DEPTH}, or in a loop) became top-level tasks")
     ends: dict[str, float] = {}
     tasks = []
     for name in roots:
@@ -284,15 +285,17 @@ def _tasks(chains: dict[str, _Chain], offset: float, prefix: str, block_size: in
     return tasks
 
 
-def _is_ancestor(chains: dict[str, _Chain], name: str, parent: Optional[str]) -> bool:
-    """Whether `name` is among `parent`'s ancestors (a loop of parent links, from a hand-edited file)."""
-    seen = set()
-    while parent is not None and parent in chains and parent not in seen:
-        if parent == name:
-            return True
+def _depth(chains: dict[str, _Chain], name: str) -> int:
+    """How many parents up `name`'s top-level task is; 0 when its parent links loop (a hand-edited file) or
+    run deeper than `MAX_DEPTH`."""
+    depth, seen, parent = 0, {name}, chains[name].parent()[0]
+    while parent is not None and parent in chains:
+        if parent in seen or depth > MAX_DEPTH:
+            return 0
         seen.add(parent)
+        depth += 1
         parent = chains[parent].parent()[0]
-    return False
+    return depth
 
 
 def _end(chains: dict[str, _Chain], name: str, ends: dict[str, float]) -> float:
