@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the recording (JSONL); rotated files go beside it as FILE.1.jsonl, FILE.2.jsonl, ...")
     parser.add_argument("--tokenizer", default="upstream", metavar="upstream|none|DIR",
                         help="where the token ids of prompts sent as text come from: the upstream's /tokenize, "
-                        "none (such calls get no block ids), or a model folder read with transformers")
+                        "none (such calls get no block ids), or a model folder read with transformers (pip install 'agentload[record]')")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
                         help="tokens per prefix block id")
     parser.add_argument("--session-header", action="append", metavar="NAME",

@@ -73,7 +73,7 @@ class UpstreamTokenizer:
 
 
 class LocalTokenizer:
-    """A model folder's tokenizer and chat template, through `transformers` (``pip install transformers``)."""
+    """A model folder's tokenizer and chat template, through `transformers` (``pip install 'agentload[record]'``)."""
 
     def __init__(self, folder: str) -> None:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not its word on PyTorch, absent here
