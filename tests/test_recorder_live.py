@@ -36,16 +36,16 @@ def _run(tmp: Path, name: str, trace: Path, url: str, session: bool = False) -> 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One workload replayed by `agentload run`, sending the session header, through two recorders in a
-    row to the emulator: the first groups by the header, the second is told to read another header, so
-    it records the same calls without one."""
+    row to the emulator: the first is told to read another header, so it records the calls without one
+    (and, next to the client, sees their gaps as a lone recorder would); the second groups by the header."""
     tmp = tmp_path_factory.mktemp("rec")
     workload = agent_workload(tasks=16, rate=2.0, seed=11)
     trace = write_native(workload, tmp / "sent.jsonl")
     with emulator() as (emu, _), \
-            recorder(emu, tmp / "rec-False.jsonl", "--session-header", "x-not-sent", "--no-traceparent") as (blind, p1), \
-            recorder(blind, tmp / "rec-True.jsonl") as (keyed, p2):
-        result = _run(tmp, "through", trace, keyed, session=True)
-        for proc in (p2, p1):
+            recorder(emu, tmp / "rec-True.jsonl") as (keyed, p2), \
+            recorder(keyed, tmp / "rec-False.jsonl", "--session-header", "x-not-sent", "--no-traceparent") as (blind, p1):
+        result = _run(tmp, "through", trace, blind, session=True)
+        for proc in (p1, p2):
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(60) == 0
     return {"workload": workload, "trace": trace, "tmp": tmp,
