@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import yaml
 
+from grouping_replay import matched_pairs
 from simulator.model.generate import generate
 from simulator.model.schema import WorkloadModel
 from simulator.traces import native
@@ -108,19 +109,9 @@ def recorder(upstream: str, out: Path, *extra: str):
 
 
 def share_right(truth: Sequence[str], found: Sequence[str]) -> float:
-    """Share of calls in the right task: true and found tasks matched one to one by the calls they share
-    (largest overlaps first); the calls of a matched pair count as right, all others as wrong."""
-    pairs: dict[tuple[str, str], int] = {}
-    for a, b in zip(truth, found):
-        pairs[(a, b)] = pairs.get((a, b), 0) + 1
-    used_a: set[str] = set()
-    used_b: set[str] = set()
-    right = 0
-    for (a, b), n in sorted(pairs.items(), key=lambda kv: -kv[1]):
-        if a not in used_a and b not in used_b:
-            used_a.add(a)
-            used_b.add(b)
-            right += n
+    """Share of calls in the right task: true and found tasks matched one to one so that the matched pairs
+    share the most calls (`grouping_replay.matched_pairs`); the calls of matched pairs count as right."""
+    right, _ = matched_pairs(list(truth), list(found))
     return right / max(len(truth), 1)
 
 
