@@ -7,13 +7,28 @@
    whole SimPy run, driver and generation included (target: < 60 s on one core; the process CPU time
    is printed beside wall time, which on a shared machine includes waiting for a core).
 
+3. A scenario (`--scenario`, e.g. scenarios/gb300-agents.yaml on the GB300 default profile), as
+   `agentload simulate` runs it with every inter-token gap kept: process CPU seconds of the simulation
+   (records and histograms written, summary left out) and simulated seconds per CPU second (target for
+   gb300-agents: >= 10,000x real time); with `--baseline DIR` (a checkout of an earlier commit, e.g.
+   `git worktree add /tmp/base COMMIT`) the same measured on that code in the same run, and whether
+   both wrote the same call and task records.
+
     .venv/bin/python benchmarks/twin_speed.py [--calls 1000000] [--profile NAME] [--skip-shape] [--shared-ids]
+        [--scenario FILE [--baseline DIR] [--repeat N]]
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -75,6 +90,37 @@ def agent_tasks(calls: int, seed: int, rate: float, trace_block: int, shared_ids
         made += n
 
 
+def scenario_speed(path: str, profile: str, code: Path, folder: Path) -> dict:
+    """Simulate scenario `path` on `profile` with the library in `code` (a child process, so each side
+    imports its own code): CPU seconds of the twin's run, simulated seconds, records folder."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("scenario_cpu.py")), path, profile, str(folder)],
+                         env=env, cwd=code, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_scenario_speed(path: str, profile: str, baseline: Path | None, repeat: int) -> None:
+    """Time the scenario on this code (and on `baseline`'s), the least CPU of `repeat` runs each."""
+    here = Path(__file__).resolve().parent.parent
+    sides = [("now", here)] + ([("baseline", baseline.resolve())] if baseline is not None else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        best = {}
+        for name, code in sides:
+            runs = [scenario_speed(str(Path(path).resolve()), profile, code, Path(tmp) / f"{name}-{i}")
+                    for i in range(repeat)]
+            best[name] = min(runs, key=lambda r: r["replay_cpu_s"])
+            r = best[name]
+            print(f"{Path(path).name} on {profile} ({name}: {code}): {r['simulated_s']:,.0f} simulated s, "
+                  f"twin run {r['replay_cpu_s']:.2f} s CPU = {r['simulated_s'] / r['replay_cpu_s']:,.0f}x real time; "
+                  f"whole process {r['process_cpu_s']:.2f} s CPU (least of {repeat})")
+        if baseline is not None:
+            same = all(filecmp.cmp(Path(tmp) / "now-0" / f, Path(tmp) / "baseline-0" / f, shallow=False)
+                       for f in ("calls.jsonl", "tasks.jsonl"))
+            speedup = best["baseline"]["replay_cpu_s"] / best["now"]["replay_cpu_s"]
+            print(f"  {speedup:.2f}x less CPU than the baseline; call and task records "
+                  f"{'identical' if same else 'DIFFER'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1_000_000)
@@ -86,8 +132,16 @@ def main() -> None:
     parser.add_argument("--skip-shape", action="store_true")
     parser.add_argument("--shared-ids", action="store_true",
                         help="give calls HashIds views of one chain per task, as the importers do (default: tuples)")
+    parser.add_argument("--scenario", help="also time this scenario file, as `agentload simulate` runs it")
+    parser.add_argument("--baseline", type=Path, help="a checkout of earlier code to time the scenario on as well")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the scenario on each side (the least CPU counts)")
+    parser.add_argument("--skip-agent", action="store_true", help="leave out the agent workload of --calls calls")
     args = parser.parse_args()
     profile = load_profile(args.profile)
+    if args.scenario:
+        print_scenario_speed(args.scenario, args.profile, args.baseline, args.repeat)
+    if args.skip_agent:
+        return
 
     if not args.skip_shape:
         start = time.perf_counter()

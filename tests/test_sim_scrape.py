@@ -156,3 +156,15 @@ def test_the_summary_has_a_live_runs_server_section_and_server_tasks(tmp_path):
     assert 0 < busiest["running_mean"] <= max(s["num_requests_running"] for s in samples)
     assert all(0.0 <= r["kv_cache_usage_mean"] <= 1.0 for r in rows)
     assert section["per_task"]["cache_hit_share"]["count"] == sum(r["cache_hit_share"] is not None for r in rows)
+
+
+@pytest.mark.parametrize("name", ["plain", "tight", "hybrid", "hybrid-tight"])
+def test_samples_taken_inside_a_run_of_decode_steps_are_those_of_stepping_one_by_one(tmp_path, name):
+    # The fast path advances its decode group many steps at once; a scrape falling inside such a run
+    # reads the tokens of the run's steps that ended before it, as it would stepping one by one.
+    _, _, fast, fast_samples = simulated(tmp_path / "fast", PROFILES[name], interval=0.05)
+    _, _, slow, slow_samples = simulated(tmp_path / "slow", PROFILES[name], interval=0.05, fast_decode=False)
+    assert fast.twin.steps == slow.twin.steps and fast.twin.fast_chunks > 0
+    assert len(fast_samples) == len(slow_samples) > 20
+    keys = ["t", *(k for k in KEYS if k != "kv_cache_usage_perc")]
+    assert [[s[k] for k in keys] for s in fast_samples] == [[s[k] for k in keys] for s in slow_samples]

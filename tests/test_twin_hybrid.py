@@ -333,3 +333,34 @@ def test_make_twin_builds_the_hybrid_twin_only_for_a_profile_with_mamba_layers()
         Twin(simpy.Environment(), hybrid_profile())
     with pytest.raises(TypeError, match="make_twin"):
         HybridTwin(simpy.Environment(), plain_profile)
+
+
+def resent_heads(tasks: int = 12) -> Workload:
+    """Conversations that each send a long prompt, then prompts of its first part only (as an agent whose
+    context is capped at the model's length, keeping its head): those end inside a run of the prefix
+    tree that the long prompt keyed, so their last trace blocks stay unkeyed while they decode."""
+    rng = np.random.default_rng(7)
+    out = []
+    for i in range(tasks):
+        ids = tuple(range(1 + 100 * i, 41 + 100 * i))  # 40 blocks of 16 tokens
+        calls = [Call(640, 2, hash_ids=ids, block_size=16)]
+        for _ in range(3):
+            head = int(rng.integers(12, 36))
+            calls.append(Call(head * 16 + 8, int(rng.integers(40, 120)), gap=0.05, hash_ids=ids[:head], block_size=16))
+        out.append(Task(f"t{i}", tuple(calls), arrival=float(rng.uniform(0, 1.0))))
+    return Workload(tuple(sorted(out, key=lambda t: t.arrival)))
+
+
+def test_requests_whose_prompt_ends_inside_a_cached_run_decode_in_the_group():
+    # They used to be kept out of the decode group for good (the group then only ran up to the first
+    # of them): the group now keys what the tree lets them key at each step it plans, as stepping them
+    # one by one does, so the records stay those of stepping one by one.
+    fast, fast_result = simulate(resent_heads(), hybrid_profile(), keep_gaps=True, fast_decode=True)
+    slow, slow_result = simulate(resent_heads(), hybrid_profile(), keep_gaps=True, fast_decode=False)
+    assert fast.calls == slow.calls
+    assert [list(g) for g in fast.gaps] == [list(g) for g in slow.gaps]
+    for field in ("steps", "prefill_tokens", "cached_tokens", "output_tokens"):
+        assert getattr(fast_result.twin, field) == getattr(slow_result.twin, field), field
+    assert fast_result.twin.busy_time == pytest.approx(slow_result.twin.busy_time, rel=1e-12)  # summed per run
+    assert sum(c.cached_tokens for c in fast.calls) > 0
+    assert fast_result.twin.fast_chunks > 0.2 * len(fast.calls)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -31,11 +31,31 @@ def record_seconds(histogram: HdrHistogram, seconds: float, count: int = 1) -> N
     histogram.record_value(min(max(us, LOWEST_US), HIGHEST_US), count)
 
 
+def record_many_seconds(histogram: HdrHistogram, seconds: Sequence[float] | np.ndarray) -> None:
+    """Add many durations in seconds: the histogram ends exactly as `record_seconds` called on each
+    leaves it, at a cost per bucket rather than per value (the values' buckets are worked out at once
+    with numpy, as HdrHistogram's `_counts_index_for` does for one)."""
+    us = np.rint(np.asarray(seconds, dtype=np.float64) * 1e6)
+    if us.size == 0:
+        return
+    us = np.clip(us, LOWEST_US, HIGHEST_US).astype(np.int64)
+    h = histogram
+    # bit length of (value | sub_bucket_mask): frexp's exponent, exact below 2**53
+    bits = np.frexp((us | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + (us >> (bucket + h.unit_magnitude)) \
+        - h.sub_bucket_half_count
+    _, first, counts = np.unique(index, return_index=True, return_counts=True)
+    for value, count in zip(us[first].tolist(), counts.tolist()):
+        h.record_value(value, count)
+    h.min_value = min(h.min_value, int(us.min()))
+    h.max_value = max(h.max_value, int(us.max()))
+
+
 def from_seconds(values: Iterable[float]) -> HdrHistogram:
     """A histogram of these durations in seconds."""
     histogram = new_histogram()
-    for value in values:
-        record_seconds(histogram, value)
+    record_many_seconds(histogram, list(values))
     return histogram
 
 

@@ -21,12 +21,15 @@ import asyncio
 import dataclasses
 import json
 import time
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+import numpy as np
 import orjson
+from hdrh.histogram import HdrHistogram
 
 from ..errors import InputError
 from . import histograms
@@ -38,6 +41,8 @@ TASKS_FILE = "tasks.jsonl"
 HISTOGRAMS_FILE = "histograms.json"
 SUMMARY_FILE = "summary.json"
 PROGRESS_FILE = "progress.json"
+ITL_BATCH = 1 << 20
+"""Inter-token gaps gathered before they go into the histogram at once."""
 FLUSH_INTERVAL = 0.1
 """Most seconds a written record waits before it is pushed to the operating system."""
 HISTOGRAMS_INTERVAL = 1.0
@@ -98,7 +103,9 @@ class ResultWriter:
         self.window = window
         self.flush_interval = flush_interval
         self.sinks = tuple(sinks)
-        self.itl = histograms.new_histogram()
+        self._itl = histograms.new_histogram()
+        self._itl_pending = array("d")
+        """Gaps not yet in `_itl`: recorded in batches (`ITL_BATCH`), a cost per bucket, not per gap."""
         self.counters = LiveCounters()
         self.tasks_started: Optional[int] = None
         """Top-level tasks started so far, when the driver tells (`started`); saved in progress.json."""
@@ -117,14 +124,27 @@ class ResultWriter:
             c.calls_ok += 1
             c.output_tokens += record.output_tokens
             if self.window.contains(record.intended_send):
-                for gap in gaps:
-                    histograms.record_seconds(self.itl, gap)
+                pending = self._itl_pending
+                pending.extend(gaps)
+                if len(pending) >= ITL_BATCH:
+                    self._record_pending()
         else:
             c.calls_failed += 1
             c.errors[record.error_class or "unknown"] += 1
         for sink in self.sinks:
             sink.call(record, gaps)
         self._written()
+
+    @property
+    def itl(self) -> HdrHistogram:
+        """The inter-token gaps of the calls stored so far (within the window)."""
+        if self._itl_pending:
+            self._record_pending()
+        return self._itl
+
+    def _record_pending(self) -> None:
+        histograms.record_many_seconds(self._itl, np.frombuffer(self._itl_pending, dtype=np.float64))
+        self._itl_pending = array("d")
 
     def task(self, record: TaskRecord) -> None:
         """Store one finished task (or sub-task)."""

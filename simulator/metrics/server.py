@@ -22,6 +22,7 @@ import json
 import math
 from array import array
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
@@ -111,30 +112,33 @@ class TimelineJoin:
     within its lifetime, not a pass over the whole timeline."""
 
     def __init__(self, samples: Sequence[SampleLike]) -> None:
-        self._series: dict[str, tuple[list[float], list[float]]] = {}
+        self._series: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for load, gauge in LOAD_GAUGES.items():
             points = [(s.t, s.values[gauge]) for s in samples if gauge in s.values]
             if points:
-                self._series[load] = ([p[0] for p in points], [p[1] for p in points])
+                times, values = [p[0] for p in points], [p[1] for p in points]
+                # each whole segment's area, as the sum over a task's lifetime adds it
+                areas = [v * (b - a) for v, a, b in zip(values, times, times[1:])]
+                self._series[load] = (times, values, areas)
 
     def loads(self, task: TaskRecord) -> dict[str, Optional[float]]:
         """The task's means by `LOAD_KEYS` (None for a gauge never sampled)."""
         return {key: self._mean(key, task.arrival, task.end) if key in self._series else None for key in LOAD_KEYS}
 
     def _mean(self, key: str, start: float, end: float) -> float:
-        times, values = self._series[key]
+        times, values, areas = self._series[key]
         first = max(0, bisect.bisect_right(times, start) - 1)  # the segment holding `start`
         if end <= start:
             return values[first]
-        area = 0.0
-        for i in range(first, len(times)):
-            seg_start = -math.inf if i == 0 else times[i]
-            if seg_start >= end:
-                break
-            seg_end = times[i + 1] if i + 1 < len(times) else math.inf
-            lo, hi = max(seg_start, start), min(seg_end, end)
-            if hi > lo:
-                area += values[i] * (hi - lo)
+        last = max(first, bisect.bisect_left(times, end) - 1)  # the segment holding `end`
+        # the first segment, cut at start (and at end when it holds both)
+        seg_end = times[first + 1] if first + 1 < len(times) else math.inf
+        hi = seg_end if seg_end < end else end
+        area = values[first] * (hi - start) if hi > start else 0.0
+        if last > first:
+            for whole in islice(areas, first + 1, last):  # added in order, as segment by segment
+                area += whole
+            area += values[last] * (end - times[last])
         return area / (end - start)
 
 

@@ -104,10 +104,11 @@ class HybridTwin(Twin[HybridHolding]):
         req.prefill_len = tokens
         return chunk if self.kv.admit_hybrid(req.hold, match, self._prefill_end(req), computed + chunk) else 0
 
+    _keys_in_group = True  # any growth of a member's blocks settles the group (`_group_takes`)
+
     def _may_join(self, req: TwinRequest[HybridHolding]) -> bool:
-        # also kept out: a request still holding states until its next step (it frees them then)
-        hold = req.hold
-        return not hold.trans and not (self.kv.prefix_caching and hold.keyed_tb < len(hold.ids))
+        # kept out: a request still holding states until its next step (it frees them then)
+        return not req.hold.trans
 
     def _chunk_limit(self, step: int, first_emit: int, limit: int) -> int:
         room = self.group.room() - first_emit  # tokens the steps after the first may emit but the last

@@ -289,6 +289,15 @@ class KVCache:
         h.private = private
         h.blocks = total
 
+    def keying_state(self, h: Holding) -> tuple:
+        """What keying the rest of a request's trace blocks depends on: the node it holds (or the root),
+        the run its next trace block continues into, and that run's length and ids. While these stay
+        the same, `_grow` keys no more of them than it did the last time (the request is not all keyed
+        because its blocks end inside that run: see `_extend`)."""
+        parent = h.node if h.node is not None else self.roots.get(h.tb)
+        child = parent.children.get(h.ids[h.keyed_tb]) if parent is not None else None
+        return (parent, child, child.n, child.src) if child is not None else (parent, None, 0, None)
+
     def take(self, blocks: int) -> bool:
         """Allocate `blocks` private blocks held outside any `Holding` (the twin's decode group keeps
         its members' counts itself); False (nothing changed) when they do not fit. Evicts exactly as

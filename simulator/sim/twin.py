@@ -68,6 +68,7 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import islice, repeat
+from operator import attrgetter
 from typing import Any, Generator, Generic, Iterator, Optional, Sequence
 
 import simpy
@@ -263,6 +264,10 @@ class Twin(Generic[HoldingT]):
         self._plan: Optional[_Step] = None
         """The latest planned step (None while idle)."""
         self._ahead: Optional[_AheadRun] = None
+        self._unkeyed: list[TwinRequest[HoldingT]] = []
+        """Members of the decode group whose prompt is not all keyed yet (`_keys_in_group`)."""
+        self._keying_tried: dict[TwinRequest[HoldingT], Optional[tuple]] = {}
+        """The tree as each of them last tried to key more (`KVCache.keying_state`)."""
         """The run of decode steps under way when it was planned past the next event (`_plans_ahead`)."""
         env.process(self._start())
 
@@ -314,11 +319,18 @@ class Twin(Generic[HoldingT]):
         return chunk if self.kv.admit(req.hold, match, computed + chunk) else 0
 
     def _may_join(self, req: TwinRequest[HoldingT]) -> bool:
-        """Whether a decoding request's blocks are only private ones from now on, so that it may join
-        the decode group."""
+        """Whether a decoding request may join the decode group: its blocks are only private ones from
+        now on, or (`_keys_in_group`) the group keys the rest for it."""
         hold = req.hold
         # its next growth may still add keyed blocks to the tree: it keeps its place in line
         return not (self.kv.prefix_caching and hold.keyed_tb < len(hold.ids))
+
+    _keys_in_group = False
+    """Whether members whose prompt is not all keyed yet may join the group, which then tries to key the
+    rest for them at each step it plans (`_key_members`). Exact only where any growth of a member's
+    blocks settles the group (a hybrid model's twin): between growths, keying the rest of a prompt
+    depends on the tree alone, which no member changes and which stays as it is through a run of
+    decode steps."""
 
     # ---- planning runs ahead (hooks a fleet's replica overrides: `simulator.fleet.replica`) --------
 
@@ -404,10 +416,30 @@ class Twin(Generic[HoldingT]):
         """(tag, output tokens generated so far) of every running request, oldest first, as of the
         last step processed (members of the decode group included, whose own counters lag)."""
         group = self.group
-        for req in group.members():
-            yield req.tag, req.b + group.tokens
+        if group.size:
+            tokens = group.tokens + self._run_emitted()
+            for req in group.members():
+                yield req.tag, req.b + tokens
         for req in self.running:
             yield req.tag, req.generated
+
+    def _run_emitted(self) -> int:
+        """Tokens each member of the decode group emitted in the steps of the run of decode steps under
+        way that ended before now (0 outside a run): stepping one by one, they would have been applied.
+        A run ends at its first step ending at or after the next event, so every step of it but the last
+        ends before any moment it is looked at; a run planned ahead keeps its step ends."""
+        plan = self._plan
+        if plan is None or plan[2] is None or self.env.now <= plan[3] or self.clock >= plan[4]:
+            return 0  # not a run, just planned, or applied already
+        chunk = plan[2]
+        ahead = self._ahead
+        if ahead is None:
+            return chunk.emitted - chunk.last_emit
+        steps = bisect_left(ahead.ends, self.env.now)
+        if not self.k:
+            return steps
+        first, rate = ahead.step_index, self.rate
+        return math.floor((first + steps) * rate) - math.floor(first * rate)
 
     def requests_ended(self) -> None:
         """Take note that requests ended just before the first one submitted here (a server in service):
@@ -575,6 +607,8 @@ class Twin(Generic[HoldingT]):
                 self.running[:0] = group.settle_all()  # step them one by one (skips, preemptions)
                 self.stats.settled_steps += 1
         group.horizon = group.tokens + per_decode
+        if self._unkeyed:
+            self._key_members(group.horizon)
         running = self.running
         decodes: list[TwinRequest] = []
         prefills: list[tuple[TwinRequest, int]] = []
@@ -622,10 +656,34 @@ class Twin(Generic[HoldingT]):
             if k >= len(running) or running[k] is not req or not self._may_join(req):
                 break
             group.join(req)
+            if self._keys_in_group and self.kv.prefix_caching and req.hold.keyed_tb < len(req.hold.ids):
+                self._unkeyed.append(req)
             k += 1
         if k:
             del running[:k]
         return decodes[k:]
+
+    def _key_members(self, horizon: int) -> None:
+        """Key what the tree now lets members key of their prompts (see `_keys_in_group`), in running
+        order, as stepping them one by one would at this step: each holds `a + horizon` tokens then."""
+        members = sorted({id(r): r for r in self._unkeyed if r.in_group}.values(), key=attrgetter("seq"))
+        left = []
+        kv = self.kv
+        tried = self._keying_tried
+        for req in members:
+            hold = req.hold
+            tokens = req.a + horizon
+            if tokens // hold.tb > hold.keyed_tb:
+                state = kv.keying_state(hold)
+                if tried.get(req) != state:  # else the same tree as last time: no more keyed
+                    kv._grow(hold, tokens)
+                    req.keyed = hold.blocks - hold.private
+                    tried[req] = kv.keying_state(hold) if hold.keyed_tb < len(hold.ids) else None
+            if hold.keyed_tb < len(hold.ids):
+                left.append(req)
+        self._unkeyed = left
+        if len(tried) > 2 * len(left) + 64:
+            self._keying_tried = {req: tried[req] for req in left if req in tried}
 
     def _admit(self, budget: int, prefills: list[tuple[TwinRequest, int]]) -> None:
         """Admit waiting requests first come first served while seats, budget and blocks allow."""
