@@ -57,7 +57,12 @@ class DecodeGroup:
         reaches its target."""
         self.last_end = 0.0
         """End of the group's last step."""
-        self._order: deque[tuple[int, TwinRequest]] = deque()
+        self._order: deque[tuple[int, TwinRequest, int]] = deque()
+        """(the group's `steps` at the join, member, the join's number), in running order."""
+        self.joins = 0
+        """Joins so far (a member that left and came back counts again)."""
+        self.b_sum = 0
+        """Sum of the members' `b`: their generated tokens are ``b_sum + size * tokens``."""
         """(steps at join, member) in join order, which is the running order; left members linger."""
         self._joined: list[TwinRequest] = []
         """Members that joined since the last unit (their first gap is their own)."""
@@ -89,7 +94,9 @@ class DecodeGroup:
         if self.occupied is not None and self.residues[r] == 1:
             insort(self.occupied, r)
         heapq.heappush(self.heap, (req.target - req.b, req.seq, req))
-        self._order.append((self.steps, req))
+        self.joins += 1
+        self.b_sum += req.b
+        self._order.append((self.steps, req, self.joins))
         self._joined.append(req)
 
     def settle(self, req: TwinRequest) -> None:
@@ -117,6 +124,7 @@ class DecodeGroup:
         self._stale += 1
         self.size -= 1
         self.offset_sum -= req.a
+        self.b_sum -= req.b
         r = req.a % bs
         self.residues[r] -= 1
         if self.occupied is not None and not self.residues[r]:
@@ -126,7 +134,17 @@ class DecodeGroup:
 
     def members(self) -> list[TwinRequest]:
         """The members, in running order."""
-        return [req for t, req in self._order if req.in_group and req.t_join == t]
+        return [req for t, req, _ in self._order if req.in_group and req.t_join == t]
+
+    def joined_after(self, joins: int) -> list[TwinRequest]:
+        """The members whose join came after the first `joins` (newest first)."""
+        out = []
+        for t, req, n in reversed(self._order):
+            if n <= joins:
+                break
+            if req.in_group and req.t_join == t:
+                out.append(req)
+        return out
 
     def settle_all(self) -> list[TwinRequest]:
         """Settle every member; returns them in running order."""
@@ -276,7 +294,7 @@ class DecodeGroup:
 
     def _trim(self) -> None:
         """Forget members who left, and stack entries and shared gaps no member can ask for any more."""
-        order = self._order = deque((t, req) for t, req in self._order if req.in_group and req.t_join == t)
+        order = self._order = deque(e for e in self._order if e[1].in_group and e[1].t_join == e[0])
         self._stale = 0
         if order:
             oldest = order[0][1]

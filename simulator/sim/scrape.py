@@ -57,6 +57,8 @@ class TwinScraper:
         """Prompt tokens of the requests that emitted their first token so far."""
         self.prompted_cached = 0
         """Their tokens served from the prefix cache."""
+        self._joins = 0
+        """The decode group's joins the samples so far looked at."""
         self._counted: dict[TwinRequest, int] = {}
         """Requests in the engine counted in `queried` or `prompted`: which (flags), until they end."""
 
@@ -89,12 +91,14 @@ class TwinScraper:
         """The values a scrape would read now (names as in `KEYS`)."""
         twin = self.twin
         see = self._see
-        if twin.group.size:
-            for req in twin.group.members():
+        group = twin.group
+        if group.joins != self._joins:  # members seen before are counted already: they decode
+            for req in group.joined_after(self._joins):
                 see(req)
+            self._joins = group.joins
         for req in twin.running:
             see(req)
-        generated = sum(tokens for _tag, tokens in twin.in_flight())
+        generated = twin.generated_in_flight()
         for req in twin.waiting:
             if req.cached_tokens is not None:  # admitted before: preempted back to the queue
                 see(req)

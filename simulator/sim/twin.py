@@ -423,6 +423,14 @@ class Twin(Generic[HoldingT]):
         for req in self.running:
             yield req.tag, req.generated
 
+    def generated_in_flight(self) -> int:
+        """Output tokens the running requests generated so far: the sum of `in_flight`'s counts."""
+        group = self.group
+        total = group.b_sum + group.size * (group.tokens + self._run_emitted()) if group.size else 0
+        for req in self.running:
+            total += req.generated
+        return total
+
     def _run_emitted(self) -> int:
         """Tokens each member of the decode group emitted in the steps of the run of decode steps under
         way that ended before now (0 outside a run): stepping one by one, they would have been applied.
