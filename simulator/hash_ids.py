@@ -333,7 +333,7 @@ def json_default(value: Any) -> Any:
     """For ``orjson.dumps(..., default=json_default)``: a view is written as the list of its ids (as a tuple
     would be), so a workload's JSON is the same whichever form its calls' ids have."""
     if isinstance(value, HashIds):
-        return value.to_list()
+        return value.as_tuple()  # the chain's tuple, built once: a slice of it rather than ints made
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
