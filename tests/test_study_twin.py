@@ -164,7 +164,7 @@ def test_config_space_on_the_twin_then_its_best_live(tmp_path):
     profile.write_text(FIXED_STEP)
     path = tmp_path / "study.yaml"
     path.write_text(SPACE_STUDY.format(python=sys.executable, profile=profile))
-    code, study = run(["study", str(path), "-o", str(tmp_path / "out")])
+    code, study = run(["study", str(path), "-o", str(tmp_path / "out"), "--html"])
     assert code == 0
     space = study["space"]
     ranks = {c["settings"]["scheduler.max_num_seqs"]: c["predicted_rank"] for c in space["candidates"]}
@@ -176,6 +176,16 @@ def test_config_space_on_the_twin_then_its_best_live(tmp_path):
     for name in top:
         assert live[name]["differs_by"].startswith("--max-num-seqs ")
         assert live[name]["server"]["starts"] == 1
+    # each one's predicted value beside its measured one, and how far the twin's order is the measured one
+    predicted = {c["name"]: c["predicted_value"] for c in space["candidates"]}
+    for entry in space["live"]:
+        assert entry["predicted_value"] == predicted[entry["name"]] and entry["unit"] == "tasks/h"
+        assert entry["measured_value"] == live[entry["name"]]["objective"]["value"]
+    correlation = space["rank_correlation"]
+    assert correlation["n"] == 2 and correlation["objective"] == "goodput" and correlation["statement"]
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "the twin&#39;s prediction against the live runs" in page or "the twin's prediction against the live runs" in page
+    assert correlation["statement"].replace("'", "&#39;") in page or correlation["statement"] in page
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "studies").glob("*.yaml")))
@@ -213,9 +223,10 @@ async def test_the_studys_calibration_records_the_rounds_trend(tmp_path, monkeyp
     from simulator.study import calibration
 
     base = load_profile("tiny-vllm-cpu")
-    # the sweep's bursts of up to two (as `calibrate --max-concurrency 2`): an eighth of the time
-    monkeypatch.setattr(calibration, "design_sweep",
-                        lambda profile, **limits: design_sweep(profile, max_concurrency=2, **limits))
+    # the sweep's bursts of up to two (as `calibrate --max-concurrency 2`), without the points that pause
+    # before they are sent: what is checked here is the rounds' trend, not the fit
+    monkeypatch.setattr(calibration, "design_sweep", lambda profile, **limits: [
+        p for p in design_sweep(profile, max_concurrency=2, **limits) if not p.idle])
     async with run_emulator(prefill_per_token=2e-5, decode_base=0.004, decode_per_seq=0.0005) as url:
         profile = await asyncio.to_thread(calibration.calibrate, Target(base_url=url), base, tmp_path,
                                           repeat=3, max_prompt=64)

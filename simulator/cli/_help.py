@@ -102,6 +102,8 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("fit a profile to a running server",
          "agentload calibrate -p tiny-vllm-cpu --target http://localhost:8000 --vocab-size 1024 -o mine.yaml"),
         ("check that the fit recovers a profile from its own twin", "agentload calibrate -p tiny-vllm-cpu --twin"),
+        ("fit a profile's power model to the NVML samples of live runs (target.gpu_metrics: true)",
+         "agentload calibrate -p mine.yaml --power-from results/run-a results/run-b -o mine-power.yaml"),
     ],
     "record": [
         ("record what agents send to a vLLM server: point them at port 8100 instead of 8000",

@@ -32,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--target", metavar="URL", help="server to measure, e.g. http://127.0.0.1:8000")
     source.add_argument("--twin", action="store_true",
                         help="measure the twin of the base profile itself (checks that the fit recovers it)")
+    source.add_argument("--power-from", nargs="+", metavar="DIR",
+                        help="fit the profile's power model (idle and busy watts per GPU, joules per token) to "
+                        "the NVML samples of these live runs' result folders (run with target.gpu_metrics: "
+                        "true), instead of its step times")
     parser.add_argument("--model", help="model name to send (default: the server's first)")
     parser.add_argument("--vocab-size", type=int, default=32000,
                         help="the model's vocabulary size: prompt token ids are drawn below it (tiny test model: 1024)")
@@ -60,6 +64,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from ..sim.profile import load_profile
 
     base = load_profile(args.profile)
+    if args.power_from:
+        return _calibrate_power(args, base)
     if args.repeat < 1:
         raise InputError("must be at least 1", field="--repeat")
     points = design_sweep(base, max_concurrency=args.max_concurrency, max_prompt=args.max_prompt)
@@ -96,6 +102,27 @@ def calibrate_command(args: argparse.Namespace) -> int:
         comments = calibrate_comments(result.rms_relative_error, calibration.measured.usable.skipped_text())
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(profile_text(profile, comments))
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _calibrate_power(args: argparse.Namespace, base: ServerProfile) -> int:
+    """The base profile's power model fitted to the NVML samples of the --power-from folders; the fit
+    printed, and with -o the profile written with it."""
+    from pathlib import Path
+
+    from ..calibration.power import fit_power, read_intervals
+    from ..calibration.report import profile_text
+
+    folders = [Path(folder) for folder in args.power_from]
+    fit = fit_power(read_intervals(folders), source=f"agentload calibrate --power-from {' '.join(args.power_from)}")
+    print(f"power calibration of {base.name} from {len(folders)} run(s)")
+    print(fit.report())
+    if args.output:
+        profile = base.model_copy(update={"name": args.name or f"{base.name}-power", "power": fit.power})
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(profile_text(profile, [f"Power model fitted by `agentload calibrate --power-from` "
+                                             f"(rms {fit.rms_w:.1f} W over {fit.intervals:,} intervals)."]))
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 

@@ -7,9 +7,6 @@ import sys
 import time
 
 from ..errors import InputError
-from ..model.fit import fit_model
-from ..model.schema import save_model
-from ..traces import load
 from .trace import add_input_options
 
 
@@ -33,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..model.fit import fit_model
+    from ..model.schema import save_model
+    from ..traces import load
+
     start = time.perf_counter()
     workload = load(args.paths, args.format, args.on_error, args.assume_append_only)
     try:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..model.generate import write_generated
-from ..model.schema import load_model
 from ._options import positive
 
 
@@ -39,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..model.generate import write_generated
+    from ..model.schema import load_model
+
     start = time.perf_counter()
     model = load_model(args.model)
     tasks, calls, subtasks = write_generated(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from pathlib import Path
@@ -103,6 +102,8 @@ def settings_from(args: argparse.Namespace):
 async def record(settings, status_every: float = 0.0) -> "object":
     """Run the recorder until SIGINT or SIGTERM, saying what it has recorded every `status_every` seconds
     (0: never); returns the recorder."""
+    import asyncio
+
     from ..recorder.proxy import Recorder  # noqa: PLC0415
     from ..recorder.prompt_tokens import TokenizeError  # noqa: PLC0415
 
@@ -139,6 +140,8 @@ async def record(settings, status_every: float = 0.0) -> "object":
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     settings = settings_from(args)
     recorder = asyncio.run(record(settings, args.status_every))
     tally = recorder.tally

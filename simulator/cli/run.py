@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.live import Live
 
 from ._options import add_verdict_options
 from ._quick import add_scenario_options, load_scenario, save_if_asked
@@ -52,6 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
     from .. import scenario as scenario_mod
     from ..live.client import PreflightError
     from ..pipeline.live import LiveExecutor

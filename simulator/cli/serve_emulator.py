@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
-from ..emulator.faults import parse_fault
-from ..emulator.server import Emulator
 from ..emulator.settings import REPLICA_HEADER, EmulatorSettings, describe_timing
 from ..errors import InputError
-from ..gcpause import gc_frozen
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace) -> EmulatorSettings:
     """Validated settings from the parsed arguments."""
+    from ..emulator.faults import parse_fault
+
     for name in ("ttft", "itl", "prefill_per_token", "decode_per_seq", "decode_base", "retry_after"):
         value = getattr(args, name)
         if value is not None and value < 0:
@@ -103,6 +101,11 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
 
 async def serve(settings: EmulatorSettings, host: str, port: int) -> None:
     """Run until cancelled, printing the URL once listening."""
+    import asyncio
+
+    from ..emulator.server import Emulator
+    from ..gcpause import gc_frozen
+
     emulator = Emulator(settings)
     url = await emulator.start(host, port)
     # the URL stays the line's last word: `simulator.emulator.process` and scripts read it there
@@ -115,6 +118,8 @@ async def serve(settings: EmulatorSettings, host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     settings = settings_from(args)
     # asyncio's own loop, not uvloop: it reads through the socket objects, so a request's clock starts
     # at the kernel's arrival stamp (`simulator.rx_stamps`), not when the loop got to it.

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-
 from ._options import SIMULATE_EXIT_CODES, add_verdict_options, whole_number
 from ._quick import add_scenario_options, load_scenario, save_if_asked
 from .report import add_output_options, write_outputs
@@ -57,6 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def simulate_command(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    from rich.console import Console
 
     from .. import scenario as scenario_mod
     from ..metrics.verdict import verdict

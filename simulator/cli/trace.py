@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import InputError
-from ..model.fidelity import compare_workloads
-from ..model.stats import LABELS, MARGINALS, WorkloadStats, workload_stats
-from ..traces import formats, load, native
-from ..workload import Workload
+
+if TYPE_CHECKING:
+    from ..model.stats import WorkloadStats
+    from ..workload import Workload
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,9 +61,13 @@ class _Formats:
     """`--format` choices, looked up only when used, so a broken importer cannot break every command."""
 
     def __contains__(self, name: object) -> bool:
+        from ..traces import formats
+
         return name in formats()
 
     def __iter__(self):
+        from ..traces import formats
+
         return iter(formats())
 
 
@@ -84,6 +88,9 @@ def _append_only_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from ..model.stats import workload_stats
+    from ..traces import load
+
     stats = workload_stats(load(args.paths, args.format, args.on_error, args.assume_append_only))
     if args.json:
         print(json.dumps(stats.to_dict(), indent=2))
@@ -93,6 +100,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from ..traces import load, native
+
     workload = load(args.paths, args.format, args.on_error, args.assume_append_only)
     try:
         native.write(workload, args.output)
@@ -106,6 +115,9 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from ..model.fidelity import compare_workloads
+    from ..traces import load
+
     a = load([args.a], None, args.on_error, args.assume_append_only)
     b = load([args.b], None, args.on_error, args.assume_append_only)
     comparison = compare_workloads(a, b)
@@ -128,6 +140,8 @@ def _notes(workload: Workload) -> list[str]:
 def _print_stats(stats: WorkloadStats) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from ..model.stats import LABELS, MARGINALS
 
     console = Console()
     counts = Table(title="Workload")

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pydantic import ValidationError
-
 from ..errors import InputError
-from ..traces import load, native
-from ..transforms import TransformSpec, apply
 from .trace import add_input_options
 
 
@@ -43,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ..traces import load, native
+    from ..transforms import TransformSpec, apply
+
     fields = ("time_scale", "gap_scale", "rate_scale", "rate", "rate_mode", "burstiness", "gap_cap", "token_scale",
               "context_cap", "sample")
     given = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}

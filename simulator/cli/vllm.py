@@ -6,8 +6,6 @@ import argparse
 import signal
 import sys
 
-from ..live.vllm import ServerError, VLLMServer, build_tiny_model
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `vllm tiny-model` and `vllm serve`."""
@@ -40,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
+    from ..live.vllm import ServerError, build_tiny_model
+
     try:
         print(build_tiny_model(args.dir, python=args.python, force=args.force))
     except ServerError as exc:
@@ -53,6 +53,8 @@ def _interrupt(signum, frame):
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ..live.vllm import ServerError, VLLMServer
+
     # SIGTERM (and SIGINT, even when a parent shell ignored it) stop the server on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)

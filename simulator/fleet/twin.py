@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import simpy
 
@@ -147,13 +147,11 @@ class FleetTwin:
     @property
     def stats(self) -> TwinStats:
         """The replicas' counters summed (`max_running`: the largest of one replica)."""
-        total = TwinStats()
-        for twin in self.replicas:
-            for field in dataclasses.fields(TwinStats):
-                name = field.name
-                mine, theirs = getattr(total, name), getattr(twin.stats, name)
-                setattr(total, name, max(mine, theirs) if name == "max_running" else mine + theirs)
-        return total
+        return _summed(twin.stats for twin in self.replicas)
+
+    def stats_now(self) -> TwinStats:
+        """`stats` as of now, each replica's as stepping it one by one has them (`Twin.stats_now`)."""
+        return _summed(twin.stats_now() for twin in self.replicas)
 
     @property
     def kv_evictions(self) -> int:
@@ -230,3 +228,13 @@ class FleetScraper:
         for key in SHARE_KEYS & total.keys():
             total[key] /= count
         return total
+
+
+def _summed(each: Iterable[TwinStats]) -> TwinStats:
+    total = TwinStats()
+    for stats in each:
+        for field in dataclasses.fields(TwinStats):
+            name = field.name
+            mine, theirs = getattr(total, name), getattr(stats, name)
+            setattr(total, name, max(mine, theirs) if name == "max_running" else mine + theirs)
+    return total

@@ -4,7 +4,8 @@
 and the prefix-cache, preemption, token and speculative-decoding counters; it writes them to
 ``server_metrics.jsonl`` and summarizes them (`simulator.metrics.server` joins them with the tasks).
 Optional NVML sampling
-adds GPU utilization and memory when nvidia-ml-py and a GPU are there.
+adds GPU utilization, memory and board power when nvidia-ml-py and a GPU are there (the power gives the
+run's energy: `simulator.metrics.energy`).
 
 A failed scrape is counted and the series goes on; it never stops the run.
 """
@@ -22,6 +23,7 @@ from typing import Optional
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..metrics.energy import POWER_SUFFIX
 from ..metrics.server import COUNTERS, GAUGES, GPU_PREFIX, Sample, timeline_summary
 
 RESULT_FILE = "server_metrics.jsonl"
@@ -177,6 +179,10 @@ class MetricsProbe:
                 mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
                 values[f"{GPU_PREFIX}{i}_util_perc"] = float(util.gpu)
                 values[f"{GPU_PREFIX}{i}_mem_used_bytes"] = float(mem.used)
+                try:  # board power, which some GPUs do not report: the run's energy (`metrics.energy`)
+                    values[f"{GPU_PREFIX}{i}{POWER_SUFFIX}"] = self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+                except Exception:
+                    pass
         except Exception as exc:
             self.gpu_note = f"GPU sample failed: {type(exc).__name__}: {exc}"
         return values

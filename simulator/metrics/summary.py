@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from . import histograms as H
 from . import results
 from ..errors import InputError
+from .energy import EnergyFigures
 from .figures import Figures
 from .fleet import FleetFigures
 from .records import CallRecord, TaskRecord
@@ -379,6 +380,9 @@ class Summary(Figures):
     """A sharded run's shard count and the shards lost."""
     fleet: Optional[FleetFigures] = None
     """A fleet run's replicas, balance and task moves (`simulator.metrics.fleet`)."""
+    energy: Optional[EnergyFigures] = None
+    """The GPUs' energy over the window, per completed task and output token (`simulator.metrics.energy`;
+    None: the profile states no power model, or the GPUs were not sampled)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -26,7 +26,7 @@ from ..sim.profile import ServerProfile
 from .fleet_live import SERVER_NOTE
 from .plan import RunPlan
 from .record import Outcome, Recorder
-from .twin import simulate_plan, simulation_stats
+from .twin import simulate_plan, simulation_stats, twin_energy
 
 
 class FleetTwinExecutor:
@@ -85,7 +85,8 @@ class FleetTwinExecutor:
         timelines = ({name: server_metrics.timeline_summary(samples[name]) for name in names}
                      if interval is not None else {})
         section = fleet_section(fleet, twin, results.read_calls(plan.folder), timelines)
-        return Outcome(run.result, run.itl, server_section, simulation=simulation, fleet=section)
+        return Outcome(run.result, run.itl, server_section, simulation=simulation, fleet=section,
+                       energy=twin_energy(profile, run, servers=len(names)))
 
 
 def describe(fleet: FleetSpec) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ..live.probes import MetricsProbe
 from ..live.scrape import open_probe, scraping, server_summary
 from ..live.stopper import RunAborted, Stopper
 from ..live.target import emulator_note, make_client, open_target
+from ..metrics.energy import sampled_power
 from ..metrics.results import LiveCounters, ResultWriter
 from ..metrics.summary import Summary
 from ..redact import Redactor, mask_url
@@ -119,7 +120,7 @@ class LiveExecutor(LiveOptions):
                         writer.close()
                         itl = writer.itl
         server = server_summary(plan.folder, probe, note, recorder.server, scenario.run.scrape_interval, redact)
-        return Outcome(result, itl, server)
+        return Outcome(result, itl, server, energy=sampled_power(probe.samples) if probe is not None else None)
 
 
 async def run_scenario(scenario: Scenario, workload: Workload, folder: Path, **options: Any) -> tuple[Summary, DriverResult]:

@@ -12,6 +12,7 @@ from hdrh.histogram import HdrHistogram
 
 from ..metrics import histograms, results
 from ..metrics import server as server_metrics
+from ..metrics.energy import EnergyMeter, energy_figures
 from ..metrics.fleet import FleetFigures
 from ..metrics.folder import run_info
 from ..metrics.results import ResultWriter
@@ -39,6 +40,8 @@ class Outcome:
     tally: Optional[RunTally] = None
     fleet: Optional[FleetFigures] = None
     """A fleet run's ``fleet`` section (`simulator.metrics.fleet.fleet_figures`)."""
+    energy: Optional[EnergyMeter] = None
+    """What the ``energy`` section is measured with (`simulator.metrics.energy`; None: no section)."""
 
 
 class Recorder:
@@ -90,6 +93,11 @@ class Recorder:
             summary.ray = outcome.ray
         if outcome.fleet is not None:
             summary.fleet = outcome.fleet
+        energy = None if outcome.energy is None else energy_figures(
+            outcome.energy, start=summary.window.start, duration=summary.duration,
+            tasks_completed=summary.tasks.completed, output_tokens=summary.total_output_tokens)
+        if energy is not None:  # set only when measured: a summary without it has no energy key
+            summary.energy = energy
         histograms.save(plan.folder / results.HISTOGRAMS_FILE, hists)
         results.write_json(plan.folder, results.SUMMARY_FILE, summary.to_dict())
         return summary

@@ -35,6 +35,7 @@ from ..errors import InputError
 from ..live.scrape import open_probe, scraping, server_summary
 from ..live.target import make_client, open_target
 from ..metrics import histograms, results
+from ..metrics.energy import sampled_power
 from ..metrics.records import CallRecord
 from ..metrics.summary import Summary
 from ..metrics.tally import RunTally
@@ -190,7 +191,7 @@ def _finish(plan: RunPlan, recorder: Recorder, fleet: Fleet, probe: Any, note: O
     for m, shard in zip(fleet.members, figures):
         results.write_json(parts.part_folder(folder, m.index), parts.SHARD_FILE, shard)
     return Outcome(result, itl, server, shards=figures, ray={"shards": len(fleet.members), "lost": lost},
-                   tally=tally)
+                   tally=tally, energy=sampled_power(probe.samples) if probe is not None else None)
 
 
 def _in_end_order(folder: Path) -> Iterator[Any]:

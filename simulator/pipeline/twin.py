@@ -24,6 +24,7 @@ from ..metrics.summary import SimulationBand, SimulationStats, Summary, from_tal
 from ..sim.band import DEFAULT_DRAWS, simulate_band
 from ..sim.coverage import CallShapes, calibrated_region, coverage
 from ..sim.driver import RoutedServer, ScrapeSink, SimDriver, SimResult
+from ..sim.power import EngineTimeline, TwinEnergy
 from ..sim.profile import ServerProfile
 from ..sim.uncertainty import uncertainty
 from ..workload import Workload
@@ -52,12 +53,13 @@ class TwinExecutor:
         recorder.describe(simulated=True, profile=profile.name, profile_settings=profile.model_dump(mode="json"))
         run = simulate_plan(plan, recorder, profile, keep_gaps=self.keep_gaps, fast_decode=self.fast_decode)
         simulation = simulation_stats(profile, run, run.driver.twin.kv.evictions, wall=time.perf_counter() - started)
+        energy = twin_energy(profile, run)
         if self.band_draws > 0:
             nominal, _ = from_tally(recorder.tally, planned=plan.planned)
             simulation.band = plan_band(plan, profile, nominal, self.band_draws, fast_decode=self.fast_decode)
         server = server_metrics.summarize(plan.folder, recorder.server, run.samples, interval_s=interval,
                                           note=None if run.samples is not None else "the twin was not sampled")
-        return Outcome(run.result, run.itl, server, simulation=simulation)
+        return Outcome(run.result, run.itl, server, simulation=simulation, energy=energy)
 
 
 @dataclass
@@ -73,6 +75,8 @@ class TwinRun:
     shapes: Optional[CallShapes]
     samples: Optional[list[server_metrics.Sample]]
     """The twin's /metrics samples, also in server_metrics.jsonl (None: not sampled, or a fleet's)."""
+    timeline: EngineTimeline
+    """The engine's counters at each sample and at the run's end (a fleet's summed over its replicas)."""
 
 
 def simulate_plan(plan: RunPlan, recorder: Recorder, profile: ServerProfile, *, keep_gaps: bool, fast_decode: bool,
@@ -85,6 +89,7 @@ def simulate_plan(plan: RunPlan, recorder: Recorder, profile: ServerProfile, *, 
     interval = plan.scrape_interval
     samples: Optional[list[server_metrics.Sample]] = [] if interval is not None and server is None else None
     region = calibrated_region(profile)
+    timeline = EngineTimeline()
     with recorder.writer() as writer:
         log = server_metrics.SampleLog(plan.folder) if samples is not None else None
         shapes = CallShapes(writer, plan.window) if region is not None else None
@@ -93,17 +98,29 @@ def simulate_plan(plan: RunPlan, recorder: Recorder, profile: ServerProfile, *, 
             log.add(t, values)
             samples.append(server_metrics.Sample(t, values))
 
+        sink = scraped if log is not None else on_scrape
+
+        def sampled(t: float, values: dict[str, float]) -> None:
+            timeline.add(t, driver.twin.stats_now(), values.get("generation_tokens"))
+            sink(t, values)  # type: ignore[misc]
+
         try:
             driver = SimDriver(plan.workload, profile, shapes or writer, keep_gaps=keep_gaps, fast_decode=fast_decode,
-                               scrape_interval=interval if log is not None or on_scrape is not None else None,
-                               on_scrape=scraped if log is not None else on_scrape, server=server, **plan.driver)
+                               scrape_interval=interval if sink is not None else None,
+                               on_scrape=sampled if sink is not None else None, server=server, **plan.driver)
             result = driver.run()
+            timeline.add(max(result.end, timeline.times[-1]), result.twin)
         finally:
             if log is not None:
                 log.close()
         writer.close()
         itl = writer.itl if keep_gaps else None
-    return TwinRun(driver, result, itl, region, shapes, samples)
+    return TwinRun(driver, result, itl, region, shapes, samples, timeline)
+
+
+def twin_energy(profile: ServerProfile, run: TwinRun, servers: int = 1) -> Optional[TwinEnergy]:
+    """The energy meter of `run`, of `servers` servers of `profile` (None: the profile states no power)."""
+    return None if profile.power is None else TwinEnergy(profile.power, run.timeline, servers)
 
 
 def plan_band(plan: RunPlan, profile: ServerProfile, nominal: Summary, draws: int = DEFAULT_DRAWS, *,

@@ -30,6 +30,8 @@ def lookup(data: Any, path: Sequence[Key]) -> Optional[float]:
     return value
 
 
+BOUND_SIGNS = {"exact": "", "at_least": "≥ ", "at_most": "≤ "}
+"""What a figure that only bounds the value is shown with (`Objective.bound`)."""
 NOISE = 5e-13
 """Below this (in the figure's own unit) a value is float noise, such as the difference of two equal
 figures (7.11e-15 for 0), and shows as 0."""

@@ -18,6 +18,7 @@ from ..metrics import results
 from ..metrics.folder import RUN_KEYS_OUTSIDE_FINGERPRINT
 from ..metrics.summary import Summary, load_summary
 from .cells import DEVIATION, band_range, deviates, lookup, number, ratio_text
+from . import energy
 from .partial import partial_state
 
 CALL_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end to end"))
@@ -58,6 +59,9 @@ def figure_paths(summaries: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, 
         yield "fleet", "prefix-hit share (replicas' /metrics)", ("fleet", "prefix_hit_share"), True
         yield "fleet", "imbalance (most calls on one replica / mean)", ("fleet", "imbalance"), False
         yield "fleet", "share of tasks that moved replica", ("fleet", "moves", "moved_share"), False
+    if any(s.get("energy") for s in summaries):
+        for key, label, unit in energy.ROWS[:3]:
+            yield "energy", f"{label} ({unit})", ("energy", key), False
 
 
 def compare_many(summaries: Sequence[Summary]) -> list[dict[str, Any]]:

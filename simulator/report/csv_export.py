@@ -18,6 +18,9 @@ from ..metrics.summary import Summary
 from .compare import compare_many, letters
 from .folder_data import Scrapes
 from ..study.model import Study
+from . import study_space
+from .study_holdout import CSV_COLUMNS as HOLDOUT_COLUMNS
+from .study_holdout import csv_rows as holdout_rows
 
 CALL_EXTRA = ("latency", "client_lag", "tpot")
 TASK_EXTRA = ("completion_time",)
@@ -116,11 +119,19 @@ def write_comparison(summaries: Sequence[Summary], labels: Sequence[str], out: P
 
 
 def write_study(study: Study, out: Path) -> list[Path]:
-    """study_configs.csv (one row per config, its figures flattened, points apart) and study_points.csv."""
+    """study_configs.csv (one row per config, its figures flattened, points apart), study_points.csv,
+    with a held-out capacity check study_holdout.csv (one row per config and share checked), and with a
+    config space study_space.csv (one row per candidate)."""
     configs = [dict(flatten({k: v for k, v in c.model_dump(mode="json").items() if k not in ("points", "sweep")}))
                for c in study.configs]
     keys = list(dict.fromkeys(k for row in configs for k in row))
     points = [{"config": c.name, **dict(flatten(p.model_dump(mode="json")))} for c in study.configs for p in c.points]
     point_keys = list(dict.fromkeys(k for row in points for k in row))
-    return [_write(Path(out) / "study_configs.csv", keys, ([row.get(k) for k in keys] for row in configs)),
-            _write(Path(out) / "study_points.csv", point_keys, ([row.get(k) for k in point_keys] for row in points))]
+    written = [_write(Path(out) / "study_configs.csv", keys, ([row.get(k) for k in keys] for row in configs)),
+               _write(Path(out) / "study_points.csv", point_keys, ([row.get(k) for k in point_keys] for row in points))]
+    if any(c.holdout is not None for c in study.configs):
+        written.append(_write(Path(out) / "study_holdout.csv", HOLDOUT_COLUMNS, holdout_rows(study)))
+    if study.space is not None:
+        written.append(_write(Path(out) / "study_space.csv", study_space.csv_columns(study.space),
+                              study_space.csv_rows(study.space)))
+    return written

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import coverage, fleet, fleet_timeline, run_figures, run_tables, timeline
-from .cells import number, started
+from . import coverage, energy, fleet, fleet_timeline, run_figures, run_tables, timeline
+from .cells import figure, number, started
 from .folder_data import RunData
-from .page import Report, Section, Table
+from .page import KeyFigure, Report, Section, Table
 from .partial import partial_state
 
 
@@ -67,6 +67,11 @@ def build_run_report(run: RunData) -> Report:
     elif not run.samples:
         over_time.notes.append("No server /metrics in this folder (a server without them, or a simulation "
                                "whose twin was not sampled): requests and KV-cache usage are not shown.")
+    energy_table = energy.energy_table(summary, run.summary_json)
+    if energy_table is not None:
+        over_time.tables.append(energy_table)
+        key, label, unit = energy.ROWS[0]
+        report.key_figures.append(KeyFigure(label, figure(run.summary_json, ("energy", key), unit=unit)))
     if summary.simulation is not None:
         over_time.tables.append(run_tables.simulation_table(run))
         band = run_tables.band_table(run)

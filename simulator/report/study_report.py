@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from . import study_figures, study_fleet
+from . import study_figures, study_fleet, study_holdout, study_space
 from .cells import figure, number
 from .page import Cell, KeyFigure, Report, Section, Table
 from ..study.model import OBJECTIVE_LABELS, OBJECTIVE_NAMES, Pair, Study
-from .study_terminal import BOUND_SIGNS, band_lines, band_range, banded, statistics_lines
+from .study_terminal import (BOUND_SIGNS, band_lines, band_range, banded, energy_lines, statistics_lines,
+                             with_energy)
 
 GIB = 1024.0 ** 3
 VERDICT_WORDS = {"held": "held", "missed": "missed", "untestable": "held as a burst (rate not tested)"}
@@ -58,8 +59,9 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
     table = Table(f"Ranking by {OBJECTIVE_LABELS.get(study.objective, study.objective)}",
                   ("rank", "config", "objective" + (f" ({unit})" if unit else ""), "its CI",
                    "capacity (tasks/h)", "capacity CI", "goodput (tasks/h)", "p95 task (s)", "p95 TTFT (ms)",
-                   "$/task self-hosted", "$/task API", "quality", "twin rank",
-                   *(("twin band",) if banded(study) else ())), numeric_from=2, text_columns=(11,))
+                   "$/task self-hosted", "$/task API", *(("J/task",) if with_energy(study) else ()),
+                   "quality", "twin rank", *(("twin band",) if banded(study) else ())), numeric_from=2,
+                  text_columns=(12 if with_energy(study) else 11,))
     order = sorted(range(len(study.configs)), key=lambda i: (study.configs[i].rank is None, study.configs[i].rank or 0, i))
     for i in order:
         c = study.configs[i]
@@ -72,6 +74,7 @@ def ranking_table(study: Study, data: dict[str, Any]) -> Table:
             figure(data, (*base, "goodput_tasks_per_hour")),
             figure(data, (*base, "task_p95_s")), figure(data, (*base, "ttft_p95_ms")),
             figure(data, (*base, "cost", "self_hosted_per_task")), figure(data, (*base, "cost", "api_per_task")),
+            *((figure(data, (*base, "cost", "joules_per_task"), unit="J"),) if with_energy(study) else ()),
             _quality(study, i), figure(data, (*base, "twin", "predicted_rank")),
             *((_band(study, data, i),) if banded(study) else ()),
         ])
@@ -214,7 +217,7 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
         study.description or "", f"{len(study.configs)} configs",
         f"ranked by {OBJECTIVE_LABELS.get(study.objective, study.objective)}",
         f"{workload['tasks']:,} tasks a point" if isinstance(workload.get("tasks"), int) else "", str(folder)) if part])
-    report.warnings = warnings(study)
+    report.warnings = warnings(study) + study_holdout.warnings(study)
     objective = OBJECTIVE_NAMES.get(study.objective, study.objective)
     for i, c in enumerate(study.configs):
         if c.rank == 1:
@@ -223,9 +226,15 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
             report.key_figures.append(KeyFigure(f"{c.name}: capacity tasks/h", _capacity(data, i)))
             report.key_figures.append(KeyFigure(f"{c.name}: $ per task self-hosted",
                                                 figure(data, ("configs", i, "cost", "self_hosted_per_task"))))
+            if with_energy(study):
+                report.key_figures.append(KeyFigure(f"{c.name}: joules per task",
+                                                    figure(data, ("configs", i, "cost", "joules_per_task"), unit="J")))
     ranking = Section("Ranking", anchor="ranking", tables=[t for t in (
-        ranking_table(study, data), comparisons_table(study, data), configs_table(study, data)) if t])
-    ranking.notes += [f"Note: {note}" for note in study.notes] + statistics_lines(study) + band_lines(study)
+        ranking_table(study, data), study_holdout.table(study, data), comparisons_table(study, data),
+        configs_table(study, data)) if t])
+    ranking.notes += ([f"Note: {note}" for note in study.notes] + statistics_lines(study) + band_lines(study)
+                      + energy_lines(study))
+    ranking.notes += study_holdout.lines(study)
     twin = study.twin_prediction
     if twin is not None and twin.note:
         ranking.notes.append(f"Twin: {twin.note}")
@@ -246,6 +255,9 @@ def build_study_report(study: Study, data: dict[str, Any], folder: Path) -> Repo
                       tables=[t for t in (quality_table(study, data), gpu_table(study, data)) if t.rows])
     twin_section = Section("Twin against measurement", anchor="twin")
     twin_section.charts += [c for c in (study_figures.twin_chart(study),) if c]
+    twin_section.tables += [t for t in (study_space.live_table(study, data), study_space.candidates_table(study, data))
+                            if t]
+    twin_section.notes += study_space.notes(study)
     points = Section("Points", anchor="points", tables=[points_table(study, data)])
     report.sections = [s for s in (ranking, fleets, load, cost, quality, twin_section, points)
                        if s.charts or s.tables or s.notes]

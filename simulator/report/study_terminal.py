@@ -9,12 +9,10 @@ from typing import Optional
 from rich.console import Console
 
 from ..study.model import MIN_REPEATS_FOR_CI, OBJECTIVE_LABELS, CapacityResult, ConfigResult, Pair, Study, TwinBand
-from . import study_fleet
+from . import study_fleet, study_holdout, study_space
 from .cells import band_range as bracketed
-from .cells import number
+from .cells import BOUND_SIGNS, number
 from .fit import Grid
-
-BOUND_SIGNS = {"exact": "", "at_least": "≥ ", "at_most": "≤ "}
 
 
 def money(value: Optional[float]) -> str:
@@ -71,7 +69,8 @@ def study_grid(study: Study) -> Grid:
                 [("rank", "right"), ("config", "left"), (f"objective {unit}".strip(), "right"), ("its CI", "right"),
                  ("capacity tasks/h", "right"), (f"goodput/h{at}", "right"), (f"task p50 s{at}", "right"),
                  (f"task p95 s{at}", "right"), (f"TTFT p95 ms{at}", "right"), ("$/task self", "right"),
-                 ("$/task API", "right"), ("quality", "left"), ("GPU", "left"), ("ref. tok/s", "right"),
+                 ("$/task API", "right"), *([("J/task", "right")] if with_energy(study) else []),
+                 ("quality", "left"), ("GPU", "left"), ("ref. tok/s", "right"),
                  *([("twin band", "right")] if banded(study) else [])], keep=2)
     for c in study.ranked():
         obj = c.objective
@@ -81,10 +80,29 @@ def study_grid(study: Study) -> Grid:
                  interval(obj.ci, money_=study.objective == "cost"), capacity_text(c.capacity),
                  number(c.goodput_tasks_per_hour), number(c.task_p50_s), number(c.task_p95_s), number(c.ttft_p95_ms),
                  money(c.cost.self_hosted_per_task if c.cost else None), money(c.cost.api_per_task if c.cost else None),
+                 *([number(c.cost.joules_per_task if c.cost else None)] if with_energy(study) else []),
                  quality_text(c), gpu_text(c),
                  number((c.reference or {}).get("output_tokens_per_s")),
                  *([band_range(c.twin_band)] if banded(study) else []))
     return grid
+
+
+def energy_lines(study: Study) -> list[str]:
+    """What J/task is, once, with where each config's joules come from and its joules per output token."""
+    if not with_energy(study):
+        return []
+    per_config = "; ".join(f"{c.name} {number(c.cost.joules_per_output_token)} J per output token "
+                           f"({c.cost.energy_source or 'source not recorded'})"
+                           for c in study.configs if c.cost is not None and c.cost.joules_per_task is not None)
+    return ["J/task: the GPUs' joules per completed task at the points of the $/task (each repeat's highest "
+            "capacity probe that held, else the ranking load), over each run's measurement window, their mean: "
+            + per_config]
+
+
+def with_energy(study: Study) -> bool:
+    """Whether any config of the study has joules per task (`Cost.joules_per_task`): only then do the
+    tables show them."""
+    return any(c.cost is not None and c.cost.joules_per_task is not None for c in study.configs)
 
 
 def banded(study: Study) -> bool:
@@ -161,8 +179,11 @@ def summary_lines(study: Study) -> list[str]:
     lines += [f"note: {note}" for note in study.notes]
     lines += study_fleet.sizing_lines(study)
     lines += study_fleet.note_lines(study)
+    lines += study_holdout.lines(study)
+    lines += study_holdout.note_lines(study)
     lines += statistics_lines(study)
     lines += band_lines(study)
+    lines += energy_lines(study)
     if any(c.capacity is not None for c in study.configs):
         lines.append("capacity: the highest offered task rate at which every SLO target held (at a rate the "
                      "workload could test); goodput: tasks completed within the task bound per hour of one run "
@@ -174,11 +195,7 @@ def summary_lines(study: Study) -> list[str]:
                      f"{' > '.join(pred.predicted_order)}; measured {' > '.join(pred.measured_order)}: {verdict}"
                      + (f"; {pred.note}" if pred.note else ""))
         lines += [f"  twin: {text}" for text in pred.within_band]
-    space = study.space
-    if space:
-        ranks = ", ".join(f"{c['name']} predicted {c['predicted_rank']}"
-                          + (f", measured {c['measured_rank']}" if c["measured_rank"] else "") for c in space["live"])
-        lines.append(f"config space: {len(space['candidates'])} candidates on the twin; top {space['top_k']}: {ranks}")
+    lines += study_space.lines(study)
     lines += [f"FAILED: {p.error}" for p in study.failed_points]
     overhead = study.overhead or {}
     if overhead.get("points"):
@@ -206,7 +223,7 @@ def statistics_lines(study: Study) -> list[str]:
 
 def print_study(study: Study, console: Console) -> None:
     """Print the table, split to fit the console, and the lines under it."""
-    for grid in [study_grid(study), *study_fleet.grids(study)]:
+    for grid in [study_grid(study), *study_holdout.grids(study), *study_fleet.grids(study)]:
         for table in grid.tables(console.width):
             console.print(table)
     if study.failed_points:

@@ -11,6 +11,7 @@ from rich.text import Text
 from ..errors import InputError
 from ..metrics.summary import BANDED_FIGURES, BandRange, SimulationBand, Summary, TargetCheck, TaskFigures
 from .cells import band_offsets, number
+from .energy import energy_parts
 from .fit import Grid
 from .partial import partial_state
 from .server import server_parts
@@ -194,6 +195,7 @@ def render(summary: Summary, width: int = WIDE) -> list[Any]:
                  breakdown_grid(summary.tasks)):
         parts += grid.tables(width)
     parts += server_parts(summary.server, width)
+    parts += energy_parts(summary, width)
     errors = error_grid(summary)
     if errors is not None:
         parts += errors.tables(width)

@@ -103,7 +103,7 @@ class SimDriver:
         self.env = simpy.Environment()
         self.fleet: Optional[RoutedServer] = server(self.env) if server is not None else None
         self.twin: Any = (self.fleet if self.fleet is not None
-                          else make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode))
+                          else make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode, plan_ahead=True))
         self.total: Optional[int] = None
         if isinstance(workload, Workload):
             self.tasks: Iterable[Task] = sorted(workload.tasks, key=lambda t: t.arrival)

@@ -18,6 +18,7 @@ of the bad field.
     # a hybrid Mamba + attention model: kv_cache.hybrid (see HybridSettings and docs/server-twin.md)
     spec_decode: {num_tokens: 0, acceptance: 0.0}
     step_time: {fixed: 0.008, per_token: 5.0e-6, per_decode_seq: 1.0e-4, ...}
+    power: {gpus: 1, idle_w: 200, busy_w: 1400, per_token_j: 0.0}   # optional: energy per task
 
 Presets ship as YAML in ``simulator/sim/presets/``; `load_profile` takes a preset name or a path.
 """
@@ -267,6 +268,39 @@ class StepTimeCoefficients(_Section):
     size does, one never run 1.9 ms more CPU time (`benchmarks/engine_steps.py`)."""
 
 
+class PowerSettings(_Section):
+    """What the server's GPUs draw, for the energy of a run on the twin (`simulator.sim.power`): the
+    engine is either stepping or idle, and the power follows it. Over a run of wall time T in which the
+    engine stepped for B seconds, computing N tokens in S steps::
+
+        joules = gpus x (idle_w x T + (busy_w - idle_w) x B) + per_token_j x N + per_step_j x S
+
+    The watts are each GPU's board power as NVML reports it (the CPU, host memory, network and cooling
+    are outside it), so a twin's joules compare with a live run's measured ones. `agentload calibrate
+    --power-from` fits them to a live run's NVML samples (docs/server-twin.md)."""
+
+    gpus: int = Field(1, ge=1)
+    """GPUs the server runs on (tensor or pipeline parallel): `idle_w` and `busy_w` are each one's."""
+    idle_w: float = Field(ge=0)
+    """Watts of one GPU while the engine is idle: the model loaded, no step running."""
+    busy_w: float = Field(ge=0)
+    """Watts of one GPU while the engine steps without pause (full engine load), before `per_token_j`."""
+    per_token_j: float = Field(0.0, ge=0)
+    """Joules of the whole server per token computed (prompt tokens prefilled, the prefix cache's hits
+    left out, and output tokens), on top of `busy_w`: a step of a large batch draws more than a step of
+    a small one."""
+    per_step_j: float = Field(0.0, ge=0)
+    """Joules of the whole server per engine step, on top of `busy_w`."""
+    source: str = ""
+    """Where the figures come from (a datasheet, a calibration)."""
+
+    @model_validator(mode="after")
+    def _busy_above_idle(self) -> PowerSettings:
+        if self.busy_w < self.idle_w:
+            raise ValueError(f"busy_w {self.busy_w:g} is below idle_w {self.idle_w:g}")
+        return self
+
+
 STEP_SETTINGS = frozenset({"idle_after", "wake_period", "shape_cache", "batch_join", "batch_leave",
                            "frontend_contention"})
 """`StepTimeCoefficients` fields that are settings, not coefficients: calibration keeps them as the
@@ -361,6 +395,9 @@ class ServerProfile(_Section):
     kv_cache: KVCacheSettings
     spec_decode: SpecDecodeSettings = SpecDecodeSettings()
     step_time: StepTimeCoefficients = StepTimeCoefficients()
+    power: Optional[PowerSettings] = Field(None, exclude_if=lambda power: power is None)
+    """The GPUs' power draw (None: not stated, and a run on this profile reports no energy); left out of
+    the profile's dump when not stated."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerProfile:

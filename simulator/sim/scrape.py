@@ -90,6 +90,7 @@ class TwinScraper:
     def sample(self) -> dict[str, float]:
         """The values a scrape would read now (names as in `KEYS`)."""
         twin = self.twin
+        twin.sync(held=True)  # a run planned ahead takes its blocks at its end: here, those taken by now
         see = self._see
         group = twin.group
         if group.joins != self._joins:  # members seen before are counted already: they decode

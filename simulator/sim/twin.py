@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice, repeat
 from operator import attrgetter
 from typing import Any, Generator, Generic, Iterator, Optional, Sequence
@@ -345,12 +345,13 @@ class Twin(Generic[HoldingT]):
         same: a later one saves planning runs, and costs the steps planned past a cut."""
         return -math.inf
 
-    def sync(self) -> None:
+    def sync(self, held: bool = False) -> None:
         """Bring the KV cache to where stepping one by one has it now, for a reader outside the twin (a
         router's lookup): a run of decode steps planned ahead whose blocks will evict cached ones is cut
-        short now. Nothing to do for a twin that does not plan ahead."""
+        short now; with `held` (a reader of the blocks held: a /metrics sample), one that takes any
+        blocks. Nothing to do for a twin that does not plan ahead."""
         ahead = self._ahead
-        if ahead is not None and ahead.evicts:
+        if ahead is not None and (ahead.evicts or (held and ahead.blocks)):
             self._cut_run()
 
     # ---- requests -------------------------------------------------------------------------------
@@ -430,6 +431,18 @@ class Twin(Generic[HoldingT]):
         for req in self.running:
             total += req.generated
         return total
+
+    def stats_now(self) -> TwinStats:
+        """`stats` as stepping one by one has them now: with the steps that ended before now of a run of
+        decode steps planned ahead (`_plans_ahead`), whose counters are otherwise added at its end."""
+        ahead, plan = self._ahead, self._plan
+        if ahead is None or plan is None or self.env.now <= plan[3] or self.clock >= plan[4]:
+            return self.stats
+        steps = bisect_left(ahead.ends, self.env.now)
+        if not steps:
+            return self.stats
+        return replace(self.stats, steps=self.stats.steps + steps,
+                       busy_time=self.stats.busy_time + ahead.ends[steps - 1] - plan[3])
 
     def _run_emitted(self) -> int:
         """Tokens each member of the decode group emitted in the steps of the run of decode steps under

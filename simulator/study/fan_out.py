@@ -86,6 +86,24 @@ def run_jobs(jobs: list[PointJob]) -> list[PointResult]:
     return out
 
 
+def prefetch(make_runner: Callable[[], Any], configs: list[Config]) -> list[str]:
+    """A config space's batch at once: one Ray task per twin config, which runs the config's points one
+    after another in its worker (a capacity search's probes follow from each other) into the study
+    folder, where the study's runner then reads them back as it reads back any finished point (so the
+    study is the same as without Ray). `make_runner()` makes a runner of the study in the worker. The
+    errors of the tasks that raised, whose configs' points then run here."""
+    from ..scale.points import map_points  # noqa: PLC0415 - imports Ray's helpers only when used
+
+    outcomes = map_points(_simulate, [(make_runner, config) for config in configs])
+    return [f"{config.name}: {outcome.error.splitlines()[0]}" for config, outcome in zip(configs, outcomes)
+            if not outcome.ok]
+
+
+def _simulate(job: tuple[Callable[[], Any], Config]) -> None:
+    make_runner, config = job
+    make_runner().simulate_candidate(config)
+
+
 def connect(address: str) -> Callable[[], None]:
     """Connect to the Ray cluster at `address` ('': RAY_ADDRESS, a local `ray start`, else a new local
     one) for the whole study; returns what disconnects (nothing when already connected)."""

@@ -112,6 +112,12 @@ class PointFigures:
     """The SLO's targets and the failed share, before the growth check (None: no SLO)."""
     fleet: Optional[FleetPoint] = None
     """A fleet point's router figures (None: one server)."""
+    joules_per_task: Optional[float] = None
+    """The GPUs' joules over the window per completed task (the summary's ``energy``; None: not measured)."""
+    joules_per_output_token: Optional[float] = None
+    """The same joules per output token."""
+    energy_source: Optional[str] = field(default=None, repr=False)
+    """Where they come from (the summary's ``energy.source``; not saved)."""
     task_classes: dict[str, str] = field(default_factory=dict, repr=False)
     """The class of each completed top-level task of the window, by id (not saved)."""
     ttft_times: dict[str, float] = field(default_factory=dict, repr=False)
@@ -130,10 +136,12 @@ class PointFigures:
     def to_dict(self) -> dict[str, Any]:
         """The figures as a point in study.json holds them."""
         out = asdict(self)
-        for name in ("task_times", "held", "task_classes", "ttft_times", "class_tokens", "uncounted_cache"):
+        for name in ("task_times", "held", "task_classes", "ttft_times", "class_tokens", "uncounted_cache",
+                     "energy_source"):
             del out[name]
-        if out["fleet"] is None:
-            del out["fleet"]
+        for name in ("fleet", "joules_per_task", "joules_per_output_token"):
+            if out[name] is None:  # absent, not null: a study without them writes what it wrote before
+                del out[name]
         return out
 
     def judge_growth(self, baseline: PointFigures, load: Optional[float], bound: Optional[float],
@@ -204,6 +212,9 @@ def point_figures(folder: Path, summary: Summary, slo: Slo, max_failed_share: fl
         tokens=tokens,
         task_times=task_times,
         fleet=fleet_point(summary),
+        joules_per_task=summary.energy.joules_per_task if summary.energy is not None else None,
+        joules_per_output_token=summary.energy.joules_per_output_token if summary.energy is not None else None,
+        energy_source=summary.energy.source if summary.energy is not None else None,
         task_classes=by_class.classes,
         ttft_times=by_class.ttft,
         class_tokens=by_class.tokens,

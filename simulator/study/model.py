@@ -32,8 +32,9 @@ STUDY_VERSION = 2
 """The `agentload_study` number this version writes (2: judged tasks, verdicts, no one-repeat CI)."""
 READS = (1, 2)
 OBJECTIVE_LABELS = {"goodput": "goodput (tasks/h within the SLO)", "p95_task": "p95 task time",
-                    "cost": "$ per task"}
-OBJECTIVE_NAMES = {"goodput": "goodput", "p95_task": "p95 task time", "cost": "cost per task"}
+                    "cost": "$ per task", "energy": "joules per task"}
+OBJECTIVE_NAMES = {"goodput": "goodput", "p95_task": "p95 task time", "cost": "cost per task",
+                   "energy": "energy per task"}
 AXIS_LABELS = {"rate": "task arrival rate", "rate_scale": "rate scale", "max_in_flight": "tasks in flight at most"}
 MIN_REPEATS_FOR_CI = 2
 """Repeats (capacity searches, runs of a point) a confidence interval or a significance test needs."""
@@ -103,6 +104,11 @@ class StudyPoint(Part):
     tokens: Optional[Tokens] = None
     fleet: Optional[dict[str, Any]] = None
     """A fleet point's router figures (`simulator.study.figures.FleetPoint`; None: one server)."""
+    joules_per_task: Optional[float] = Field(None, exclude_if=lambda v: v is None)
+    """The GPUs' joules over the run's window per completed task (its summary's ``energy``: the twin's power
+    model, or NVML's power samples; absent: not measured)."""
+    joules_per_output_token: Optional[float] = Field(None, exclude_if=lambda v: v is None)
+    """The same joules per output token."""
     gpu: Optional[dict[str, Any]] = None
     run_s: Optional[float] = None
     overhead_s: Optional[float] = None
@@ -176,6 +182,54 @@ class CapacityResult(Part):
         return self.ci_per_s[0] * 3600, self.ci_per_s[1] * 3600
 
 
+class HoldoutRate(Part):
+    """One rate of a held-out check: a share of the capacity, run once on the held-out traffic."""
+
+    share: float = 1.0
+    """Of the capacity (1: the capacity itself)."""
+    rate_per_s: Optional[float] = None
+    per_hour: Optional[float] = None
+    verdict: Optional[str] = None
+    """As a capacity probe's (`StudyPoint.verdict`): 'held', 'missed', 'untestable', or None (the point
+    failed)."""
+    slo_met: Optional[bool] = None
+    status: Literal["ok", "failed"] = "ok"
+    tasks_judged: Optional[int] = None
+    folder: Optional[str] = None
+    """The point's result folder (also among the config's `points`, source 'holdout')."""
+
+
+class HoldoutResult(Part):
+    """The capacity run on traffic its search never saw (`simulator.study.holdout`): a seed no repeat
+    used, or the workload's part after a split by arrival; each rate judged as the search judges a probe
+    (every SLO target over every task meant to run, the failed or cancelled share, the queue's growth
+    with `max_growth`). One run per rate: a verdict on that traffic, not a probability."""
+
+    traffic: str = ""
+    """The held-out traffic, in words."""
+    seed: Optional[int] = None
+    """Its run seed."""
+    split: Optional[float] = None
+    """The share of the workload's tasks the rest of the study ran on (None: a held-out seed)."""
+    tasks: Optional[int] = None
+    """Top-level tasks of the held-out traffic."""
+    capacity_per_s: Optional[float] = None
+    """The rate the shares are of: the capacity, or its lower bound above the search's range (`bound`)."""
+    capacity_per_hour: Optional[float] = None
+    bound: Literal["exact", "at_least"] = "exact"
+    baseline_per_s: Optional[float] = None
+    """With `max_growth`: the light load run first on the held-out traffic, which the checked rates'
+    growth is judged against (not itself checked)."""
+    rates: list[HoldoutRate] = Field(default_factory=list)
+    """Highest share first."""
+    verdict: Literal["held", "held_below", "missed", "untestable", "failed", "not_run"] = "not_run"
+    """'held' at every rate; 'held_below': missed at the capacity, held at a lower share; 'missed': held
+    at none, or missed below a rate that held; 'untestable': no miss, but a burst too short to test its
+    rate; 'failed': a point failed; 'not_run': no capacity to check."""
+    answer: str = ""
+    """The check in a sentence."""
+
+
 class Cost(Part):
     self_hosted_per_task: Optional[float] = None
     """$ per completed task on the rented GPUs: gpu_hour x gpus (x replicas, for a fleet) / tasks per
@@ -188,6 +242,15 @@ class Cost(Part):
     utilisation: Optional[float] = None
     utilisation_source: Optional[str] = None
     joules_per_task: Optional[float] = None
+    """Joules per completed task where the self-hosted cost is taken: at each repeat's highest capacity
+    probe that held, else at the ranking load, their mean: each point's GPU energy over its window per
+    completed task (the twin's power model, or NVML), else, for a live point sampled by the study alone,
+    its GPUs' energy over the whole point per completed task. None: not measured."""
+    joules_per_output_token: Optional[float] = Field(None, exclude_if=lambda v: v is None)
+    """Joules per output token at those points, their mean (absent: no point has it)."""
+    energy_source: Optional[str] = Field(None, exclude_if=lambda v: v is None)
+    """Where `joules_per_task` comes from: 'twin power model', 'NVML power samples' or 'NVML (whole
+    point)' (absent: not measured)."""
 
 
 class Quality(Part):
@@ -356,6 +419,8 @@ class ConfigResult(Part):
     task_p95_s: Optional[float] = None
     ttft_p95_ms: Optional[float] = None
     capacity: Optional[CapacityResult] = None
+    holdout: Optional[HoldoutResult] = None
+    """The capacity checked on held-out traffic (None: no check)."""
     cost: Optional[Cost] = None
     quality: Optional[Quality] = None
     gpu: Optional[Gpu] = None
@@ -471,6 +536,97 @@ class Sizing(Part):
     answer: str = ""
 
 
+class SpaceCandidate(Part):
+    """A candidate of the config space: its settings and what the twin predicted of it."""
+
+    name: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """Dotted profile key: value."""
+    predicted_value: Optional[float] = None
+    """The study's objective on the twin (None: infeasible, or its points gave none)."""
+    predicted_rank: Optional[int] = None
+    """Its place among the candidates by that value (1: the best; None: infeasible)."""
+    predicted_bound: str = "exact"
+    """'exact', or 'at_least' / 'at_most' where the value only bounds the figure."""
+    predicted_values: dict[str, Optional[float]] = Field(default_factory=dict)
+    """With several `objectives`: each one's value on the twin."""
+    infeasible: Optional[str] = None
+    """Why the server would not start it (it was never simulated; `simulator.study.feasible`)."""
+    trial: Optional[int] = None
+    """A search's first trial that proposed it (from 0)."""
+    on_front: Optional[bool] = None
+    """With several objectives: whether it is on the Pareto front."""
+
+
+class SpaceLive(Part):
+    """A candidate run live: the twin's prediction beside the measurement, of the study's objective."""
+
+    name: str
+    config: Optional[str] = None
+    """The study's config that ran it: its own, or the base's when it adds no server flag (the base's
+    server as it is)."""
+    predicted_rank: Optional[int] = None
+    """Its place among the space's candidates on the twin."""
+    measured_rank: Optional[int] = None
+    """Its place among the live candidates by the measured value."""
+    predicted_value: Optional[float] = None
+    predicted_bound: str = "exact"
+    """'exact', or 'at_least' / 'at_most' where the value only bounds the figure (a capacity above its
+    search's range)."""
+    measured_value: Optional[float] = None
+    measured_bound: str = "exact"
+    unit: Optional[str] = None
+
+
+class RankCorrelation(Part):
+    """Spearman's rank correlation of the twin's predicted values with the measured ones, over the live
+    candidates with both (``scipy.stats.spearmanr``): +1 when the twin put them in the measured order,
+    -1 in the reverse one. It describes these candidates only, with no test: with 2 it is only their
+    order."""
+
+    objective: str = ""
+    n: int = 0
+    rho: Optional[float] = None
+    """None with fewer than 2 candidates, or when one side's values are all equal."""
+    statement: str = ""
+    """The figure in a sentence, as every view shows it."""
+
+
+class SpaceResult(Part):
+    """The config space: how it was searched, each candidate on the twin, and those run live."""
+
+    method: str = "grid"
+    grid: Optional[dict[str, list[Any]]] = None
+    settings: Optional[dict[str, Any]] = None
+    """A search's settings as the study file gives them (a list of choices, or a range)."""
+    objectives: list[str] = Field(default_factory=list)
+    """What the space was searched for (one: the study's objective; several: the Pareto front)."""
+    top_k: Optional[int] = None
+    profile: Optional[str] = None
+    budget: Optional[int] = None
+    """A search's twin evaluations allowed."""
+    seed: Optional[int] = None
+    evaluations: Optional[int] = None
+    """Candidates simulated on the twin."""
+    trials: Optional[int] = None
+    """Candidates a search proposed, those proposed again and the infeasible included."""
+    repeated: Optional[int] = None
+    """A search's trials that proposed a candidate proposed before (told its values, not simulated)."""
+    infeasible: Optional[int] = None
+    """Candidates the server would not start (not simulated)."""
+    space_size: Optional[int] = None
+    """Distinct candidates the space holds (None: a real-valued range makes them endless)."""
+    candidates: list[SpaceCandidate] = Field(default_factory=list)
+    """In the order first proposed (a grid's: its order)."""
+    front: list[str] = Field(default_factory=list)
+    """With several objectives: the Pareto front, best first by the first objective."""
+    top: list[str] = Field(default_factory=list)
+    """The best `top_k` on the twin (with several objectives, of the front), chosen to run live."""
+    live: list[SpaceLive] = Field(default_factory=list)
+    """Those of `top` that ran live (none on a twin base)."""
+    rank_correlation: Optional[RankCorrelation] = None
+
+
 class Study(Part):
     """study.json."""
 
@@ -499,7 +655,7 @@ class Study(Part):
     configs: list[ConfigResult]
     ranking: Optional[Ranking] = None
     twin_prediction: Optional[TwinPrediction] = None
-    space: Optional[dict[str, Any]] = None
+    space: Optional[SpaceResult] = None
     overhead: Optional[dict[str, Any]] = None
     failed_points: list[FailedPoint] = Field(default_factory=list)
     sizing: Optional[Sizing] = None
@@ -531,7 +687,7 @@ class Study(Part):
         """Whether a lower objective value ranks higher."""
         if self.ranking is not None and self.ranking.better:
             return self.ranking.better == "lower"
-        return self.objective in ("p95_task", "cost")
+        return self.objective in ("p95_task", "cost", "energy")
 
     def ranked(self) -> list[ConfigResult]:
         """The configs best first (unranked last, in their order)."""

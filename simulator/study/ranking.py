@@ -9,6 +9,9 @@ Objectives:
   highest sweep value), the repeats' tasks pooled. Lower is better.
 - ``cost``: self-hosted $ per completed task at the capacity (else the lowest of the sweep points that
   held the SLO). Lower is better.
+- ``energy``: the GPUs' joules per completed task at each repeat's highest capacity probe that held
+  (else the lowest of the sweep loads that held the SLO): the twin's power model, or NVML live
+  (`simulator.metrics.energy`). Lower is better; a config whose points have no energy is not ranked.
 
 Each config's value comes with one sample per repeat (a capacity search's estimate, a run's figure, a
 run's own p95). A statistic claims only what its repeats support: with fewer than `MIN_REPEATS_FOR_CI`
@@ -35,8 +38,8 @@ from scipy import stats
 
 from .model import MIN_REPEATS_FOR_CI, Comparison, TwinBand
 
-UNITS = {"goodput": "tasks/h", "p95_task": "s", "cost": "$/task"}
-HIGHER_IS_BETTER = {"goodput": True, "p95_task": False, "cost": False}
+UNITS = {"goodput": "tasks/h", "p95_task": "s", "cost": "$/task", "energy": "J/task"}
+HIGHER_IS_BETTER = {"goodput": True, "p95_task": False, "cost": False, "energy": False}
 REPEATS_HINT = "--set repeats=3"
 """How a user gets the repeats a test needs (the study's `repeats`, which capacity searches follow)."""
 

@@ -9,6 +9,7 @@ import datetime as _dt
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -17,11 +18,13 @@ from . import cost
 from .capacity import Capacity
 from .fleet_result import fleet_result
 from .load import AXIS_UNITS
-from .model import (STUDY_VERSION, CapacityResult, Comparison, ConfigResult, Cost, FailedPoint, Gpu, Objective,
-                    Quality, Ranking, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
+from .model import (STUDY_VERSION, CapacityResult, Comparison, ConfigResult, Cost, FailedPoint, Gpu, HoldoutResult,
+                    Objective, Quality, Ranking, SpaceResult, Study, StudyPoint, SweepRow, TwinEntry, TwinPrediction)
 from .points import PointResult
 from .ranking import HIGHER_IS_BETTER, UNITS, Value, band_verdict, order_of, rank
 from .schema import StudySpec
+from .search import objectives_of
+from .space_result import space_result
 from .sizing import sizing
 from .state import ConfigRun, StudyState
 
@@ -106,7 +109,9 @@ def _cost(state: StudyState, run: ConfigRun, points: list[PointResult]) -> Optio
         at_rate = _mean([p.offered_rate for p in points])
     busy = [p.figures.busy_fraction for p in points if p.figures.busy_fraction is not None]
     util = [p.gpu["utilisation_mean_perc"] / 100 for p in points if p.gpu]
-    energy = [p.gpu["energy_j"] / p.figures.tasks_completed for p in points if p.gpu and p.figures.tasks_completed]
+    # the energy where the self-hosted cost is taken: at the capacity's probes, else the ranking load
+    energy = [e for e in map(point_energy, capacity_points(run) or points) if e.joules_per_task is not None]
+    per_token = [e.joules_per_output_token for e in energy if e.joules_per_output_token is not None]
     return Cost(
         self_hosted_per_task=cost.self_hosted_per_task(spec, tasks_h, run.config.replicas),
         api_per_task=_mean([cost.api_per_task(spec, cost.api_tokens_of(state.workload.api_tokens[p.repeat],
@@ -114,7 +119,30 @@ def _cost(state: StudyState, run: ConfigRun, points: list[PointResult]) -> Optio
         at_rate_per_s=at_rate, tasks_per_hour=tasks_h,
         utilisation=statistics.fmean(busy) if busy else (statistics.fmean(util) if util else None),
         utilisation_source="twin engine busy share" if busy else ("GPU utilisation (NVML)" if util else "not measured"),
-        joules_per_task=statistics.fmean(energy) if energy else None)
+        joules_per_task=statistics.fmean(e.joules_per_task for e in energy) if energy else None,
+        joules_per_output_token=statistics.fmean(per_token) if per_token else None,
+        energy_source=", ".join(dict.fromkeys(e.source for e in energy)) if energy else None)
+
+
+@dataclass(frozen=True)
+class PointEnergy:
+    """A point's joules per completed task and per output token, and where they come from."""
+
+    joules_per_task: Optional[float]
+    joules_per_output_token: Optional[float] = None
+    source: str = ""
+
+
+def point_energy(point: PointResult) -> PointEnergy:
+    """The point's energy per task: its summary's (over the window: the twin's power model, or the NVML
+    power samples of its /metrics probe), else the study's own NVML sampling of a live point (the whole
+    point's energy over the window's completed tasks), else none."""
+    f = point.figures
+    if f is not None and f.joules_per_task is not None:
+        return PointEnergy(f.joules_per_task, f.joules_per_output_token, f.energy_source or "")
+    if f is not None and point.gpu and f.tasks_completed:
+        return PointEnergy(point.gpu["energy_j"] / f.tasks_completed, source="NVML (whole point)")
+    return PointEnergy(None)
 
 
 def _gpu(run: ConfigRun) -> Gpu:
@@ -128,9 +156,10 @@ def _gpu(run: ConfigRun) -> Gpu:
                energy_j=energy, joules_per_task=energy / tasks if tasks else None)
 
 
-def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun]) -> dict[str, Value]:
-    """Each config's objective value, with its samples (one per repeat) and interval."""
-    objective, load = study.objective, rank_load(study)
+def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun], objective: Optional[str] = None) -> dict[str, Value]:
+    """Each config's value of `objective` (default: the study's), with its samples (one per repeat) and
+    interval."""
+    objective, load = objective or study.objective, rank_load(study)
     spec = study.cost
     out = {}
     for name, run in runs.items():
@@ -154,6 +183,8 @@ def objective_values(study: StudySpec, runs: Mapping[str, ConfigRun]) -> dict[st
             value = Value(price / (cap.rate * 3600), [price / (e * 3600) for e in cap.estimates], 0.0, ci)
         elif objective in ("goodput", "cost") and cap is not None and cap.status in ("above_range", "below_range"):
             value = _unbracketed(cap, objective, spec, run.config.replicas)
+        elif objective == "energy":
+            value = _energy(run)
         else:
             value = _best_sweep(run, objective, spec)
         out[name] = value.with_ci(study.confidence)
@@ -202,6 +233,30 @@ def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
     return best or Value(None)
 
 
+def _energy(run: ConfigRun) -> Value:
+    """Joules per completed task at each repeat's highest capacity probe that held, one sample a repeat
+    (above the search's range: at most that, since a higher load spreads the idle power over more tasks);
+    without a capacity search, the lowest of the sweep's loads that held the SLO by the repeats' mean."""
+    cap = run.capacity
+    if cap is not None:
+        samples = [e.joules_per_task for e in map(point_energy, capacity_points(run))]
+        if not samples or any(s is None for s in samples):
+            return Value(None)
+        return Value(statistics.fmean(samples), samples, bound="at_most" if cap.status == "above_range" else "exact")
+    groups: dict[float, list[PointResult]] = defaultdict(list)
+    for p in run.points:
+        if p.source == "sweep" and p.ok:
+            groups[p.load].append(p)
+    best: Optional[Value] = None
+    for group in groups.values():
+        samples = [point_energy(p).joules_per_task for p in group]
+        if any(s is None for s in samples) or not all(p.verdict() in ("held", None) for p in group):
+            continue
+        if best is None or statistics.fmean(samples) < best.value:
+            best = Value(statistics.fmean(samples), samples)
+    return best or Value(None)
+
+
 def _finite(pair: Optional[tuple[float, float]]) -> Optional[tuple[Optional[float], Optional[float]]]:
     """JSON has no infinity: an open end of an interval is null."""
     if pair is None:
@@ -235,6 +290,7 @@ def config_entry(state: StudyState, run: ConfigRun, value: Value, rank_no: Optio
         server=run.server, points=[StudyPoint.model_validate(p.to_dict()) for p in run.points], sweep=_sweep(run),
         at_load=at_load, **(_aggregate(at) if at else {}),
         capacity=CapacityResult.model_validate(run.capacity.to_dict()) if run.capacity is not None else None,
+        holdout=HoldoutResult.model_validate(run.holdout.to_dict()) if run.holdout is not None else None,
         cost=_cost(state, run, at),
         quality=Quality.model_validate(run.quality) if run.quality is not None else None,
         gpu=_gpu(run),
@@ -283,7 +339,7 @@ def build(state: StudyState) -> Study:
                         better="higher" if HIGHER_IS_BETTER[objective] else "lower", order=order,
                         comparisons=comparisons),
         twin_prediction=prediction,
-        space=_space(state, order),
+        space=_space(state, order, values),
         overhead={"points": len(fresh), "mean_s": statistics.fmean(fresh) if fresh else None,
                   "max_s": max(fresh) if fresh else None},
         failed_points=[FailedPoint(config=p.config, load=p.load, repeat=p.repeat, source=p.source, error=p.error,
@@ -338,17 +394,11 @@ def _twin_prediction(state: StudyState, measured: list[str]) -> tuple[Optional[T
                           same_order=predicted == measured_same, note=note, within_band=within), entries
 
 
-def _space(state: StudyState, measured: list[str]) -> Optional[dict[str, Any]]:
-    space = state.space
-    if space is None:
+def _space(state: StudyState, measured: list[str], values: Mapping[str, Value]) -> Optional[SpaceResult]:
+    """The config space's section (`simulator.study.space_result`), each objective's values of its
+    candidates on the twin computed here as for the study's own configs."""
+    if state.space is None:
         return None
-    values = objective_values(state.spec, space.runs)
-    order = order_of({n: v.value for n, v in values.items()}, state.spec.objective)
-    live = [n for n in measured if n in space.top]
-    return {
-        "grid": state.spec.space.grid, "top_k": state.spec.space.top_k, "profile": space.profile,
-        "candidates": [{"name": c.name, "settings": c.settings, "predicted_value": values[c.name].value,
-                        "predicted_rank": order.index(c.name) + 1} for c in space.candidates],
-        "live": [{"name": n, "predicted_rank": order.index(n) + 1,
-                  "measured_rank": live.index(n) + 1 if n in live else None} for n in space.top],
-    }
+    objectives = dict.fromkeys([state.spec.objective, *objectives_of(state.spec)])
+    predicted = {o: objective_values(state.spec, state.space.runs, o) for o in objectives}
+    return space_result(state, measured, values, predicted)

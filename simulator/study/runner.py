@@ -11,6 +11,7 @@ stopped); the caller writes study.json from it (`simulator.study.result.build`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import sys
@@ -29,7 +30,8 @@ from ..pipeline.plan import RunPlan, plan_run
 from ..sim.band import DEFAULT_DRAWS
 from ..sim.profile import ServerProfile, load_profile
 from ..workload import Workload
-from . import calibration, fan_out, quality
+from . import calibration, fan_out, feasible, holdout, quality
+from . import search as space_search
 from .backends import LiveBackend, PointError, TwinBackend
 from .fleet_backend import FleetLiveBackend
 from .capacity import Capacity, combine, search
@@ -42,7 +44,7 @@ from .model import TwinBand
 from .ranking import order_of, plain
 from .result import objective_values
 from .schema import StudySpec
-from .space import candidates, live_config, twin_config
+from .space import Candidate, candidates, live_config, server_args, twin_config
 from .twin_band import config_band
 from .state import ConfigRun, Group, SpaceRun, StudyState, WorkloadFacts
 
@@ -66,7 +68,8 @@ class StudyRunner:
         self.folder = Path(folder)
         self.say = say
         self.scenario = study_scenario(spec)
-        self.workloads = Workloads(self.scenario)
+        self.held_out, self._holdout_note = holdout.held_out(spec, self.scenario)
+        self.workloads: Workloads = holdout.workloads(self.scenario, self.held_out)
         configs = resolve(spec)
         self.configs: tuple[Config, ...] = tuple(self._as_twin(configs) if twin_only else configs)
         """The configs to run, in order (the space's chosen live configs added once it ran)."""
@@ -93,12 +96,14 @@ class StudyRunner:
         (also when stopped). Returns the last state."""
         _, workload, rate0 = self.workloads.get(0)
         check(self.spec, self.scenario, rate0)
+        space_search.check(self.spec)
         self._claim_folder()
         tasks, calls, subtasks = workload.counts()
         self._state = StudyState(
             spec=self.spec, folder=self.folder, slo=self.scenario.slo,
             workload=WorkloadFacts(self.scenario.source or "", tasks, calls, subtasks, rate0),
-            configs=self.configs, notes=tuple(self.spec.notes), started_at=self.started_at,
+            configs=self.configs, notes=tuple(self.spec.notes) + ((self._holdout_note,) if self._holdout_note else ()),
+            started_at=self.started_at,
             twin_profile=self.twin_profile_source())
         disconnect = fan_out.connect(self.ray) if self.ray is not None else None
         try:
@@ -123,7 +128,7 @@ class StudyRunner:
 
     def _claim_folder(self) -> None:
         """Make the study folder, or check that the one there holds this same study (a resumed run)."""
-        definition = json.dumps({"study": self.spec.model_dump(mode="json"),
+        definition = json.dumps({"study": holdout.definition(self.spec),
                                  "scenario": self.scenario.model_dump(mode="json")}, sort_keys=True)
         key = {"fingerprint": hashlib.sha256(definition.encode()).hexdigest(), "study_file": self.spec.source}
         kept = results.read_json(self.folder, KEY_FILE) if self.folder.is_dir() else None
@@ -190,6 +195,8 @@ class StudyRunner:
                     self.point(group, config, backend, root, source, load, repeat, sampler)
             if spec.capacity is not None:
                 self._change(group, name, capacity=self.capacity(group, config, backend, root, sampler))
+                if self.held_out is not None and group == "runs":
+                    self._change(group, name, holdout=self.holdout_check(group, config, backend, root, sampler))
             if isinstance(backend, TwinBackend) and group != "space" and self.band_draws > 0:
                 self._change(group, name, band=self.twin_band(group, config, backend, root))
         finally:
@@ -241,6 +248,30 @@ class StudyRunner:
                                    min_rate=cap.min_rate if cap.min_rate is not None else cap.low / 16))
         return combine(searches, self.spec.confidence)
 
+    def holdout_check(self, group: Group, config: Config, backend: Backend, root: str,
+                      sampler: Optional[GpuSampler]) -> holdout.HoldoutRun:
+        """The config's capacity run on the held-out traffic, at each share of it (`simulator.study.holdout`);
+        the points judged as the search's probes are, in the order they run (growth against the lower rates)."""
+        traffic = self.held_out
+        assert traffic is not None
+        capacity = self.state.group(group)[config.name].capacity
+        assert capacity is not None
+        rates = holdout.rates(traffic, capacity, self.max_growth is not None and bool(self.scenario.slo.task_s))
+        jobs = [self.point_job(config, backend, root, holdout.SOURCE, LoadPoint("rate", rate), traffic.repeat, sampler,
+                               folder=traffic.folder(root, config.name, LoadPoint("rate", rate).label()))
+                for rate in rates.run_order()]
+        at_once = fan_out.run_jobs(jobs) if jobs and self.ray is not None and fan_out.independent(config, sampler) else None
+        by_rate = {}
+        for k, job in enumerate(jobs):
+            result = at_once[k] if at_once is not None else fan_out.run_job(job)
+            self.finish_point(group, config.name, result, LoadPoint("rate", result.load))
+            self.say(_progress(result))
+            by_rate[result.load] = result
+        check = holdout.HoldoutRun(traffic, len(self.workloads.get(traffic.repeat)[1].tasks), rates,
+                                   tuple(by_rate[rate] for _, rate in rates.checked))
+        self.say(f"{config.name}: held-out check {check.to_dict()['answer']}")
+        return check
+
     def point(self, group: Group, config: Config, backend: Backend, root: str, source: str,
               load: Optional[LoadPoint], repeat: int, sampler: Optional[GpuSampler]) -> PointResult:
         """Run one point (or read it back), add it to the config's run and say how it went."""
@@ -261,8 +292,9 @@ class StudyRunner:
             self.say(("twin " if root.startswith("twin") else "") + _progress(result))
 
     def point_job(self, config: Config, backend: Backend, root: str, source: str, load: Optional[LoadPoint],
-                  repeat: int, sampler: Optional[GpuSampler]) -> fan_out.PointJob:
-        """Everything one point needs to run, here or in a Ray worker."""
+                  repeat: int, sampler: Optional[GpuSampler], folder: Optional[str] = None) -> fan_out.PointJob:
+        """Everything one point needs to run, here or in a Ray worker (in `folder`, default
+        ROOT/CONFIG/LABEL/rREPEAT)."""
         scenario, workload, rate0 = self.workloads.get(repeat)
         offered: Optional[float] = None
         if load is None:
@@ -275,7 +307,7 @@ class StudyRunner:
             workload, offered, label = loaded.workload, loaded.offered_rate, load.label()
         name = config.name
         result = PointResult(name, source, label, load.value if load else None, repeat, self.workloads.seed(repeat),
-                             f"{root}/{name}/{label}/r{repeat}", offered_rate=offered)
+                             folder or f"{root}/{name}/{label}/r{repeat}", offered_rate=offered)
         return fan_out.PointJob(result, self.folder, backend, scenario, workload,
                                 self.figures if load is not None else self.reference_figures, sampler)
 
@@ -382,7 +414,8 @@ class StudyRunner:
             self.run_config(twin, "twin", "twin_runs", quality_check=False, reference=False)
 
     def run_space(self, base: Config) -> list[Config]:
-        """Search the config space on the twin; the live configs of its best `top_k` (none on a twin base)."""
+        """Search the config space on the twin (every combination of a grid, or a Bayesian search:
+        `simulator.study.search`); the live configs of its best `top_k` (none on a twin base)."""
         space = self.spec.space
         assert space is not None
         profile = resolve_profile(space.profile, self.spec.base_dir()) if space.profile else None
@@ -390,18 +423,90 @@ class StudyRunner:
         if profile is None:
             raise InputError("a config space needs a twin profile: space.profile or twin.profile",
                              file=self.spec.source, path="space.profile")
-        self._state = replace(self.state, space=SpaceRun(profile, tuple(candidates(space))))
-        for candidate in self.state.space.candidates:
-            config = twin_config(candidate, base, profile)
-            self.run_config(config, "twin/space", "space", quality_check=False, reference=False)
+        if space.method == "grid":
+            self._state = replace(self.state, space=SpaceRun(profile, tuple(candidates(space))))
+            self.evaluate_space(base, profile, list(self.state.space.candidates))
+        else:
+            self._state = replace(self.state, space=SpaceRun(profile, (), method=space.method))
+            if self.ray is not None and space.batch == 1:
+                self.say("note: space.batch is 1: with --ray the search still runs one candidate at a time "
+                         "(give space.batch the candidates to run at once)")
+            space_search.run(space, space_search.objectives_of(self.spec),
+                             lambda batch: self.evaluate_space(base, profile, batch), self.folder, asked=self._asked)
         searched = self.state.space
-        values = objective_values(self.spec, searched.runs)  # the objective as for the study's own configs
-        top = tuple(order_of({n: v.value for n, v in values.items()}, self.spec.objective)[:space.top_k])
-        self._state = replace(self.state, space=replace(searched, top=top))
+        top, front = self._chosen(searched)
+        self._state = replace(self.state, space=replace(searched, top=top, front=front))
         if not base.live:
             return []
         chosen = [c for c in searched.candidates if c.name in top]
-        return [live_config(c, base, space, self.spec.source) for c in chosen]
+        # a candidate that adds no flag is the base's server as it is: the base's run measures it
+        as_base = {c.name: base.name for c in chosen if not server_args(c, space, self.spec.source)}
+        extra = [live_config(c, base, space, self.spec.source) for c in chosen if c.name not in as_base]
+        live = {**as_base, **{c.name: c.name for c in extra}}
+        self._state = replace(self.state, space=replace(self.state.space, live=live))
+        return extra
+
+    def evaluate_space(self, base: Config, profile: str, batch: list[Candidate]) -> list[space_search.Outcome]:
+        """Each candidate of `batch` on the twin: one the server would not start recorded as infeasible,
+        never simulated (`simulator.study.feasible`); the others' points run (with --ray, the batch's
+        candidates at once). Their outcomes, as the search reads them."""
+        configs, refused = [], {}
+        for candidate in batch:
+            config = twin_config(candidate, base, profile)
+            _, infeasible = feasible.profile_of(profile, config.overlay)
+            self._state = replace(self.state, space=self.state.space.with_candidate(
+                candidate, infeasible.reason if infeasible is not None else None))
+            if infeasible is not None:
+                refused[candidate.name] = infeasible
+                self.say(f"twin {candidate.name}: infeasible, not simulated: {infeasible.reason}")
+            else:
+                configs.append(config)
+        if self.ray is not None and len(configs) > 1:
+            for error in fan_out.prefetch(functools.partial(StudyRunner, self.spec, self.folder, say=_quiet), configs):
+                self.say(f"on Ray: {error}: the point(s) run here")
+        for config in configs:
+            self.run_config(config, "twin/space", "space", quality_check=False, reference=False)
+        objectives = space_search.objectives_of(self.spec)
+        runs = self.state.space.runs
+        out = []
+        for candidate in batch:
+            if candidate.name in refused:
+                out.append(space_search.Outcome(infeasible=refused[candidate.name]))
+                continue
+            values = tuple(objective_values(self.spec, {candidate.name: runs[candidate.name]}, o)[candidate.name].value
+                           for o in objectives)
+            out.append(space_search.Outcome(values=None if any(v is None for v in values) else values))
+        return out
+
+    def simulate_candidate(self, config: Config) -> None:
+        """Run a space candidate's points into the study folder and nothing else: a Ray worker's share of a
+        batch, whose points the study's own runner then reads back (`fan_out.prefetch`)."""
+        self._state = StudyState(spec=self.spec, folder=self.folder, slo=self.scenario.slo,
+                                 workload=WorkloadFacts("", 0, 0, 0, None), configs=(), notes=(),
+                                 started_at=self.started_at, space=SpaceRun("", ()))
+        self.run_config(config, "twin/space", "space", quality_check=False, reference=False)
+
+    def _asked(self, candidate: Candidate) -> None:
+        """A search's trial: its candidate's name added to the space's trials."""
+        self._state = replace(self.state, space=replace(self.state.space, trials=self.state.space.trials + (candidate.name,)))
+
+    def _chosen(self, searched: SpaceRun) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the candidates that run live, the Pareto front): the best `top_k` by the objective as for the
+        study's own configs; with several objectives, the front's `top_k` best by the first."""
+        space = self.spec.space
+        assert space is not None
+        objectives = space_search.objectives_of(self.spec)
+        values = {o: objective_values(self.spec, searched.runs, o) for o in objectives}
+        first = objectives[0]
+        if len(objectives) == 1:
+            return tuple(order_of({n: v.value for n, v in values[first].items()}, first)[:space.top_k]), ()
+        front = space_search.pareto_front({n: [values[o][n].value for o in objectives] for n in searched.runs}, objectives)
+        front = order_of({n: values[first][n].value for n in front}, first)
+        return tuple(front[:space.top_k]), tuple(front)
+
+
+def _quiet(line: str) -> None:
+    """A Ray worker's runner says nothing (the study's own runner says what it reads back)."""
 
 
 def _progress(point: PointResult) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -21,12 +21,14 @@ from ..scenario import overrides as override
 from ..scenario.fleet import FleetSpec
 from ..server_commands import ServerCommand, VLLMCommand
 from ..scenario.yaml_io import FileModel, line_of, read_mapping, read_text, validate
+from ..validation import unknown_keys
+from . import settings as space_settings
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Config names become folder names."""
 
 Axis = Literal["rate", "rate_scale", "max_in_flight"]
-Objective = Literal["goodput", "p95_task", "cost"]
+Objective = Literal["goodput", "p95_task", "cost", "energy"]
 
 
 class _Strict(BaseModel):
@@ -133,6 +135,28 @@ class LoadSpec(_Strict):
         return [r.start + (r.stop - r.start) * i / (r.num - 1) for i in range(r.num)]
 
 
+class HoldoutSpec(_Strict):
+    """The held-out capacity check: the found capacity run on traffic its search never saw
+    (`simulator.study.holdout`). Give `seed` or `split`, or neither (the held-out seed's default)."""
+
+    seed: Optional[int] = Field(None, ge=0)
+    """The held-out traffic's run seed, one no repeat uses (default: the first after the repeats', run.seed
+    + repeats); a generated workload's generator seed moves with it, as a repeat's does."""
+    split: Optional[float] = Field(None, gt=0, lt=1)
+    """Cut the workload's top-level tasks in arrival order: this share first, for every other point of the
+    study (the sweep and the search), the rest for the check."""
+    at: list[float] = [1.0, 0.9]
+    """The rates checked, as shares of the found capacity."""
+
+    @model_validator(mode="after")
+    def _one(self) -> HoldoutSpec:
+        if self.seed is not None and self.split is not None:
+            raise ValueError("give `seed` or `split`, not both")
+        if not self.at or any(not 0 < share <= 1 for share in self.at) or len(set(self.at)) != len(self.at):
+            raise ValueError("`at`: one or more different shares of the capacity, each above 0 and at most 1")
+        return self
+
+
 class CapacitySpec(_Strict):
     """The capacity search: the highest task arrival rate (tasks/s) at which every SLO holds."""
 
@@ -157,6 +181,10 @@ class CapacitySpec(_Strict):
     is not sustainable and does not hold the SLO. For runs much longer than a task, whose queue reaches
     its steady state (fixed-shape workloads, long traces with a warm-up): in a run of a few tasks' length
     the load's ramp-up from an empty server grows too. Default: not checked."""
+    holdout: Optional[HoldoutSpec | bool] = None
+    """The held-out check (`HoldoutSpec`; true: its defaults; false: off). Default: on, at the first seed no
+    repeat uses, where the seed draws new tasks (a workload generated from a model); off otherwise, with a
+    note (a trace replays the same tasks at every seed: give `split`)."""
 
     @model_validator(mode="after")
     def _order(self) -> CapacitySpec:
@@ -240,11 +268,65 @@ class TwinSpec(_Strict):
     calibrate_max_prompt: Optional[int] = Field(None, gt=0)
 
 
-class SpaceSpec(_Strict):
-    """A grid of profile settings searched on the twin; the best `top_k` are then run live."""
+class SettingRange(_Strict):
+    """A setting searched over a range (`space.method: tpe`): a whole-number profile field takes whole
+    numbers from `low` to `high`, a real one any number between them (or only `low + k x step`)."""
 
-    grid: dict[str, list[Any]]
+    low: float
+    high: float
+    log: bool = False
+    """Sample evenly in log(value) rather than in value (low above 0; no `step`)."""
+    step: Optional[float] = Field(None, gt=0)
+    """Only values `low + k x step` (a whole-number field: default 1); high - low a multiple of it."""
+
+    @model_validator(mode="after")
+    def _order(self) -> SettingRange:
+        if self.high <= self.low:
+            raise ValueError("high must be above low")
+        if self.log and self.low <= 0:
+            raise ValueError("a log scale needs low above 0")
+        if self.log and self.step is not None:
+            raise ValueError("give `log` or `step`, not both")
+        if self.step is not None and not _multiple(self.high - self.low, self.step):
+            raise ValueError(f"high - low ({self.high - self.low:g}) must be a multiple of step {self.step:g}")
+        return self
+
+
+def _multiple(span: float, step: float) -> bool:
+    """Whether `span` is a whole number of `step`s (to float precision)."""
+    k = round(span / step)
+    return abs(span - k * step) <= 1e-9 * max(abs(span), step)
+
+
+SettingValues = Union[SettingRange, list[Any]]
+"""A setting's values: a list (every one, or categorical choices), or a range."""
+SETTING_KEY = r"[a-z_]+\.[a-z_]+"
+
+
+class SpaceSpec(_Strict):
+    """A config space of profile settings searched on the twin, every combination of a `grid` or a
+    Bayesian search of `settings` within a `budget`; the best `top_k` (with several `objectives`, the
+    Pareto front's) are then run live."""
+
+    method: Literal["grid", "tpe"] = "grid"
+    """grid: every combination of `grid`; tpe: Optuna's TPE sampler proposes candidates of `settings`
+    until `budget` of them ran on the twin (pip install 'agentload[search]')."""
+    grid: Optional[dict[str, list[Any]]] = None
     """Dotted profile keys (scheduler.max_num_seqs, spec_decode.num_tokens, ...) and their values."""
+    settings: Optional[dict[str, SettingValues]] = None
+    """The search's settings (tpe): a dotted profile key and a list of choices, or a range
+    {low, high, log, step} of a number field (whole or real as the profile field is)."""
+    budget: Optional[int] = Field(None, ge=1)
+    """Twin evaluations the search may spend (tpe): candidates simulated. A candidate proposed again, or
+    one the server could not start (`simulator.study.feasible`), costs none."""
+    seed: int = Field(0, ge=0)
+    """The search's seed (tpe): the same seed, space and study give the same candidates."""
+    batch: int = Field(1, ge=1)
+    """Candidates proposed at once (tpe), evaluated together (in parallel with --ray); the same batch gives
+    the same search with or without --ray."""
+    objectives: Optional[list[Objective]] = None
+    """Two or more objectives: the space's Pareto front (no candidate better in one and no worse in the
+    others) instead of the study's `objective` alone; the front's `top_k` best by the first run live."""
     args: dict[str, Any] = {}
     """How a key becomes a server flag for the live runs: "--flag {value}", or {value: "--flag ..."}."""
     top_k: int = Field(2, ge=1)
@@ -253,15 +335,79 @@ class SpaceSpec(_Strict):
 
     @field_validator("grid")
     @classmethod
-    def _grid(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _grid(cls, grid: Optional[dict[str, list[Any]]]) -> Optional[dict[str, list[Any]]]:
+        if grid is None:
+            return grid
         if not grid:
             raise ValueError("give at least one setting")
+        _known(grid)
         for key, values in grid.items():
-            if not re.fullmatch(r"[a-z_]+\.[a-z_]+", key):
-                raise ValueError(f"{key}: a grid key is section.field, e.g. scheduler.max_num_seqs")
             if not values:
                 raise ValueError(f"{key}: give at least one value")
+            _takes(key, values)
         return grid
+
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, given: Optional[dict[str, SettingValues]]) -> Optional[dict[str, SettingValues]]:
+        if given is None:
+            return given
+        if not given:
+            raise ValueError("give at least one setting")
+        _known(given)
+        for key, values in given.items():
+            if isinstance(values, list):
+                if not values:
+                    raise ValueError(f"{key}: give at least one value")
+                odd = [v for v in values if v is not None and not isinstance(v, (bool, int, float, str))]
+                if odd:
+                    raise ValueError(f"{key}: a choice is a number, a flag or a name, not {odd[0]!r}")
+                if len(set(map(repr, values))) != len(values):
+                    raise ValueError(f"{key}: a choice is given twice")
+                _takes(key, values)
+                continue
+            kind = space_settings.number_kind(key)
+            if kind is None:
+                raise ValueError(f"{key} is no number: give its choices as a list")
+            if kind == "int" and not all(float(v).is_integer() for v in (values.low, values.high, values.step or 1)):
+                raise ValueError(f"{key} takes whole numbers: low, high and step must be whole")
+            _takes(key, [values.low, values.high])
+        return given
+
+    @model_validator(mode="after")
+    def _method(self) -> SpaceSpec:
+        if self.method == "grid":
+            if self.grid is None:
+                raise ValueError("give `grid` (or `method: tpe` with `settings` and `budget`)")
+            unused = [k for k in ("settings", "budget") if getattr(self, k) is not None]
+            if unused:
+                raise ValueError(f"{' and '.join(unused)}: for `method: tpe`; a grid runs every combination of `grid`")
+        else:
+            if self.grid is not None:
+                raise ValueError("method tpe searches `settings` (a list of choices or a range each), not `grid`")
+            if self.settings is None or self.budget is None:
+                raise ValueError("method tpe needs `settings` and `budget` (twin evaluations)")
+        if self.objectives is not None and (len(self.objectives) < 2 or len(set(self.objectives)) != len(self.objectives)):
+            raise ValueError("objectives: two or more different ones (one objective is the study's `objective`)")
+        return self
+
+
+def _known(keys: dict[str, Any]) -> None:
+    """Each key a profile field a space may vary (an unknown one named, with the closest known key)."""
+    for key in keys:
+        if not re.fullmatch(SETTING_KEY, key):
+            raise ValueError(f"{key}: a setting is section.field, e.g. scheduler.max_num_seqs")
+    unknown = [key for key in keys if not space_settings.is_known(key)]
+    if unknown:
+        raise unknown_keys(unknown, space_settings.known_keys(), "profile setting")
+
+
+def _takes(key: str, values: list[Any]) -> None:
+    """Each value one the profile field takes."""
+    for value in values:
+        why = space_settings.refusal(key, value)
+        if why is not None:
+            raise ValueError(f"{key}: {value!r}: {why}")
 
 
 class TargetDefaults(_Strict):

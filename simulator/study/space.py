@@ -1,5 +1,6 @@
-"""A config space: a grid of profile settings, each combination a twin config; the best few become
-live configs, the base's server with the flags that `space.args` maps each setting to."""
+"""A config space: profile settings, each combination a twin config (every one of a grid, or those a
+search proposes: `simulator.study.search`); the best few become live configs, the base's server with the
+flags that `space.args` maps each setting to."""
 
 from __future__ import annotations
 
@@ -33,13 +34,16 @@ class Candidate:
 
 def candidates(space: SpaceSpec) -> list[Candidate]:
     """Every combination of the grid, in the grid's order."""
+    assert space.grid is not None
     keys = list(space.grid)
-    out = []
-    for values in itertools.product(*(space.grid[k] for k in keys)):
-        settings = dict(zip(keys, values))
-        name = "space-" + ".".join(f"{k.split('.', 1)[1]}-{_text(v)}" for k, v in settings.items())
-        out.append(Candidate(name, settings))
-    return out
+    return [candidate_of(dict(zip(keys, values))) for values in itertools.product(*(space.grid[k] for k in keys))]
+
+
+def candidate_of(settings: dict[str, Any]) -> Candidate:
+    """The candidate of these settings, named after them: the same settings, the same name (and so the
+    same folders in the study, whichever method proposed them)."""
+    name = "space-" + ".".join(f"{k.split('.', 1)[1]}-{_text(v)}" for k, v in settings.items())
+    return Candidate(name, dict(settings))
 
 
 def _text(value: Any) -> str:
@@ -54,11 +58,18 @@ def twin_config(candidate: Candidate, base: Config, profile: str) -> Config:
                   differs_by=", ".join(f"{k}={_text(v)}" for k, v in candidate.settings.items()), has_twin_change=True)
 
 
-def live_config(candidate: Candidate, base: Config, space: SpaceSpec, where: str) -> Config:
-    """The candidate live: the base's server with each setting's flags after the base's own."""
+def server_args(candidate: Candidate, space: SpaceSpec, where: str) -> list[str]:
+    """The flags the candidate adds to the base's server command (none: it is the base's server, as when
+    `space.args` maps each of its values to no flag, the server's own default)."""
     args: list[str] = []
     for key, value in candidate.settings.items():
         args += flags(space, key, value, where)
+    return args
+
+
+def live_config(candidate: Candidate, base: Config, space: SpaceSpec, where: str) -> Config:
+    """The candidate live: the base's server with each setting's flags after the base's own."""
+    args = server_args(candidate, space, where)
     config = replace(base, name=candidate.name, is_base=False, differs_by=" ".join(args) or "nothing",
                      overlay=merge(base.overlay, candidate.overlay()), has_twin_change=True)
     if base.server is not None:

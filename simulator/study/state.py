@@ -21,6 +21,7 @@ from ..metrics.slo import Slo
 from .capacity import Capacity
 from .configs import Config
 from .figures import TaskTokens
+from .holdout import HoldoutRun
 from .model import TwinBand
 from .points import PointResult
 from .schema import StudySpec
@@ -42,6 +43,8 @@ class ConfigRun:
     points: tuple[PointResult, ...] = ()
     """In the order they finished (planned order for points run at once on Ray)."""
     capacity: Optional[Capacity] = None
+    holdout: Optional[HoldoutRun] = None
+    """The capacity run on traffic its search never saw (`simulator.study.holdout`)."""
     quality: Optional[dict[str, Any]] = None
     """The quality probes' comparison with the base (`quality.compare`)."""
     server: Optional[dict[str, Any]] = None
@@ -58,9 +61,29 @@ class SpaceRun:
 
     profile: str
     candidates: tuple[Candidate, ...]
+    """Every candidate (a search's in the order first proposed)."""
     runs: Mapping[str, ConfigRun] = field(default_factory=lambda: _frozen({}))
     top: tuple[str, ...] = ()
     """The best `top_k` candidates by the objective (set once every candidate ran)."""
+    method: str = "grid"
+    infeasible: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    """Candidates the server would not start (never simulated), and why (`simulator.study.feasible`)."""
+    trials: tuple[str, ...] = ()
+    """A search's trials in order, each its candidate's name (a candidate proposed again, again)."""
+    front: tuple[str, ...] = ()
+    """With several objectives: the candidates on the Pareto front, best first by the first objective."""
+    live: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    """Each of `top` run live, and the study's config that ran it: its own, or the base when its flags are
+    none (the base's server as it is)."""
+
+    def with_candidate(self, candidate: Candidate, infeasible: Optional[str] = None) -> SpaceRun:
+        """This space with `candidate` among its candidates (once), and why it cannot run, if it cannot."""
+        out = self
+        if all(c.name != candidate.name for c in self.candidates):
+            out = replace(out, candidates=self.candidates + (candidate,))
+        if infeasible is not None:
+            out = replace(out, infeasible=_frozen({**self.infeasible, candidate.name: infeasible}))
+        return out
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def band_figure(objective: str, slo: Slo) -> Optional[BandedFigure]:
 def ranking_points(spec: StudySpec, run: ConfigRun) -> tuple[str, list[PointResult]]:
     """(which points, the points) a config's band is taken at (see the module doc)."""
     cap = run.capacity
-    if spec.objective in ("goodput", "cost") and cap is not None and cap.rate is not None:
+    if spec.objective in ("goodput", "cost", "energy") and cap is not None and cap.rate is not None:
         return "at its capacity points", capacity_points(run)
     return "at the ranking load", sweep_points(run, rank_load(spec))
 
