@@ -206,15 +206,20 @@ def _unbracketed(cap: Capacity, objective: str, spec: Any, replicas: int = 1) ->
                  bound="at_most")
 
 
-def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
-    """Without a capacity: the best load of the sweep by the repeats' mean (cost: among loads that held
-    the SLO, when any did)."""
+def _sweep_loads(run: ConfigRun) -> list[list[PointResult]]:
+    """The sweep's points that ran, grouped by load (the repeats of each)."""
     groups: dict[float, list[PointResult]] = defaultdict(list)
     for p in run.points:
         if p.source == "sweep" and p.ok:
             groups[p.load].append(p)
+    return list(groups.values())
+
+
+def _best_sweep(run: ConfigRun, objective: str, spec: Any) -> Value:
+    """Without a capacity: the best load of the sweep by the repeats' mean (cost: among loads that held
+    the SLO, when any did)."""
     best: Optional[Value] = None
-    for group in groups.values():
+    for group in _sweep_loads(run):
         if objective == "goodput":
             samples = [p.figures.goodput_tasks_per_hour if p.figures.goodput_tasks_per_hour is not None
                        else p.figures.throughput_tasks_per_hour for p in group]
@@ -243,12 +248,8 @@ def _energy(run: ConfigRun) -> Value:
         if not samples or any(s is None for s in samples):
             return Value(None)
         return Value(statistics.fmean(samples), samples, bound="at_most" if cap.status == "above_range" else "exact")
-    groups: dict[float, list[PointResult]] = defaultdict(list)
-    for p in run.points:
-        if p.source == "sweep" and p.ok:
-            groups[p.load].append(p)
     best: Optional[Value] = None
-    for group in groups.values():
+    for group in _sweep_loads(run):
         samples = [point_energy(p).joules_per_task for p in group]
         if any(s is None for s in samples) or not all(p.verdict() in ("held", None) for p in group):
             continue
