@@ -108,3 +108,11 @@ def test_a_closed_pipe_ends_the_command_quietly(folders):
     assert command.returncode == 0, err.decode()
     assert b"Traceback" not in err and b"BrokenPipeError" not in err and b"Exception ignored" not in err, err.decode()
 
+
+
+def test_a_python_that_is_not_there_is_a_clear_error(tmp_path, capsys):
+    from simulator.cli import main
+
+    assert main(["vllm", "tiny-model", str(tmp_path / "model"), "--python", str(tmp_path / "nothing")]) == 1
+    err = capsys.readouterr().err
+    assert f"--python {tmp_path / 'nothing'}: no executable file there" in err and "Traceback" not in err

@@ -89,8 +89,12 @@ def find_venv(start: Optional[Path] = None) -> Optional[Path]:
 
 
 def find_python(python: Optional[str | Path] = None) -> Path:
-    """The python to run vLLM with: `python` if given, else the venv's; ServerError when none."""
+    """The python to run vLLM with: `python` if given, else the venv's; ServerError when none (or when
+    the one given is not an executable file)."""
     if python is not None:
+        if not (Path(python).is_file() and os.access(python, os.X_OK)):
+            raise ServerError(f"--python {python}: no executable file there (give the python of vLLM's "
+                              "environment, e.g. .vllm-venv/bin/python)")
         return Path(python)
     venv = find_venv()
     if venv is None:
