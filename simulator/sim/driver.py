@@ -102,8 +102,10 @@ class SimDriver:
                  server: Optional[Callable[[simpy.Environment], RoutedServer]] = None) -> None:
         self.env = simpy.Environment()
         self.fleet: Optional[RoutedServer] = server(self.env) if server is not None else None
+        # sampling /metrics, the twin plans its runs past the samples: the events that bring it no work
         self.twin: Any = (self.fleet if self.fleet is not None
-                          else make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode, plan_ahead=True))
+                          else make_twin(self.env, profile, keep_gaps=keep_gaps, fast_decode=fast_decode,
+                                         plan_ahead=scrape_interval is not None))
         self.total: Optional[int] = None
         if isinstance(workload, Workload):
             self.tasks: Iterable[Task] = sorted(workload.tasks, key=lambda t: t.arrival)
