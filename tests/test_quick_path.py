@@ -196,7 +196,8 @@ def test_simulate_fails_on_a_missed_slo_and_on_failed_calls(tmp_path, monkeypatc
 
 
 def test_the_readme_line_runs_on_the_emulator(tmp_path, monkeypatch):
-    """README's one-line quick path, without --target (so on the built-in emulator), cut to two tasks."""
+    """README's one-line quick path, without --target (so on the built-in emulator), cut to two tasks of
+    a twentieth of their tokens."""
     readme = (ROOT / "README.md").read_text()
     words = re.search(r"`(agentload run --trace traces/claude-code [^`]*)`", readme).group(1).split()
     assert "--target" in words and "--rate" in words
@@ -204,7 +205,7 @@ def test_the_readme_line_runs_on_the_emulator(tmp_path, monkeypatch):
     words = words[1:at] + words[at + 2:]
     monkeypatch.chdir(ROOT)
     out = tmp_path / "readme"
-    assert main([*words, "--tasks", "2", "--gap-cap", "0.05", "--no-progress", "-o", str(out)]) == 0
+    assert main([*words, "--tasks", "2", "--gap-cap", "0.05", "--token-scale", "0.05", "--no-progress", "-o", str(out)]) == 0
     assert summary(out)["tasks"]["planned"] == 2
 
 

@@ -192,7 +192,7 @@ def test_sigterm_stops_every_shard_and_writes_the_partial_summary(cluster, tmp_p
     path.write_text("""
 name: long
 workload:
-  synthetic: {input_tokens: 20, output_tokens: 400, concurrency: 16, calls: 160}
+  synthetic: {input_tokens: 20, output_tokens: 100, concurrency: 16, calls: 160}
 emulator: {ttft: 0.01, itl: 0.01}
 run: {workers: 2}
 """)

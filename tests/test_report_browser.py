@@ -55,13 +55,11 @@ def browser(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("report-browser")
-    live = rf.live_run(tmp)
-    hostile = tmp / "hostile"
-    shutil.copytree(live, hostile)
+def folders(report_runs, tmp_path_factory) -> dict[str, Path]:
+    hostile = tmp_path_factory.mktemp("report-browser") / "hostile"
+    shutil.copytree(report_runs["live"], hostile)
     rf.add_hostile_failures(hostile)
-    return {"live": live, "sim": rf.simulation(tmp, "sim"), "other": rf.simulation(tmp, "other", 1), "hostile": hostile}
+    return {**report_runs, "hostile": hostile}
 
 
 class Opened:

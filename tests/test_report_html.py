@@ -22,10 +22,9 @@ Page = rf.Page
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
+def folders(report_runs, tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("report-html")
-    return {"live": rf.live_run(tmp), "sim": rf.simulation(tmp, "sim"),
-            "other-workload": rf.simulation(tmp, "other", 1),
+    return {"live": report_runs["live"], "sim": report_runs["sim"], "other-workload": report_runs["other"],
             "capped": rf.simulation(tmp, "capped", 0, "--set", "run.max_in_flight=2")}
 
 

@@ -138,16 +138,17 @@ async def test_calibrate_drives_a_live_server_through_the_sweep(tmp_path):
 
 async def test_calibrate_warms_a_cached_points_prompt_into_the_prefix_cache():
     # against the emulator's twin: the cached 1025-token prompt skips the prefill a cold 1024-token one pays
+    # (the two points of the sweep that show it, measured as `calibrate --target` measures its sweep)
+    from simulator.calibration.on_server import measure_sweep
+    from simulator.calibration.sweep import SweepPoint
+    from simulator.live.client import Target
+
+    points = [SweepPoint("prefill", 1, 1024, 1), SweepPoint("prefill", 1, 1025, 1, cached=True)]
+    assert {p.label() for p in points} <= {p.label() for p in design_sweep(load_profile("tiny-vllm-cpu"),
+                                                                           max_concurrency=2, max_prompt=1025)}
     async with run_emulator(profile="tiny-vllm-cpu") as url:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "simulator", "calibrate", "-p", "tiny-vllm-cpu", "--target", url,
-            "--vocab-size", "1024", "--max-concurrency", "2", "--max-prompt", "1025", "--repeat", "1",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    measured = {line.split(" measured ")[0].strip(): float(line.split(" measured ")[1].split()[0])
-                for line in out.decode().splitlines() if " measured " in line}
-    cold, cached = measured["prefill B=1 P=1024 O=1"], measured["prefill B=1 P=1025 cached O=1"]
+        (cold,), (cached,) = await measure_sweep(Target(base_url=url, vocab_size=1024), points, block_size=128,
+                                                 scheduler=load_profile("tiny-vllm-cpu").scheduler, repeat=1)
     assert cached < 0.5 * cold, (cached, cold)
 
 

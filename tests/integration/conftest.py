@@ -1,4 +1,4 @@
-"""A real vLLM server (CPU build) serving the tiny model, started once per test session.
+"""A real vLLM server (CPU build) serving the tiny model, started once for the tests of this package.
 
 The server needs vLLM's own virtual environment (``$AGENTLOAD_VLLM_VENV`` or ``.vllm-venv`` in the
 repository root; scripts/install-vllm.sh makes it). Without it the ``vllm`` tests are skipped,
@@ -47,9 +47,10 @@ def tiny_model(vllm_venv: Path) -> tuple[Path, dict]:
     return out, stamp
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_server(vllm_venv: Path, tiny_model, tmp_path_factory) -> VLLMServer:
-    """A running vLLM server on a loopback port, serving the tiny model as ``tiny-llama``."""
+    """A running vLLM server on a loopback port, serving the tiny model as ``tiny-llama``; stopped once the
+    tests of this package are done (idle, it would hold its memory and take a little CPU through the rest)."""
     model_dir, _ = tiny_model
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     server = VLLMServer(model_dir, python=vllm_venv / "bin" / "python", log_path=log)

@@ -37,7 +37,7 @@ from simulator.sim.hybrid_cache import HybridHolding, HybridKVCache
 from simulator.sim.kv_cache import Holding, KVCache
 from simulator.traces import load
 
-import kv_protocol  # beside this file (pytest puts its folder on the path)
+from . import kv_protocol  # beside this file
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE.parents[1] / "traces" / "claude-code" / "trace_0277.json"
@@ -165,6 +165,25 @@ def run_vllm(venv: Path, cfg: dict, tmp_path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def split_cases() -> list[list]:
+    """Random cases of the hybrid chunk rule: block sizes from 64 to Nemotron's 8,320, chunks starting on
+    and off the block grid, resumed requests, junctions, EAGLE, with and without the kernel's checkpoint
+    block."""
+    rng = random.Random(1)
+    cases = []
+    for _ in range(3000):
+        bs = rng.choice([64, 256, 1024, 8320])
+        prompt = rng.randint(1, 40000)
+        num_tokens = prompt + rng.choice([0, 0, 0, rng.randint(1, 300)])
+        start = min(rng.choice([0, rng.randint(0, num_tokens - 1), rng.randint(0, num_tokens - 1) // bs * bs]),
+                    num_tokens - 1)
+        budget = rng.choice([256, 2048, 8192])
+        n = min(rng.randint(1, max(1, num_tokens - start)), budget)
+        junction = rng.choice([0, 0, rng.randint(0, num_tokens) // bs * bs, rng.randint(0, num_tokens)])
+        cases.append([start, n, prompt, num_tokens, bs, budget, rng.random() < 0.3, junction, rng.random() < 0.7])
+    return cases
+
+
 def first_difference(ours: dict, theirs: dict) -> str:
     """Where the two replays part, for the failure message: hits, chunks, evictions and preemptions
     must be equal; free blocks may differ only by the twin's slack at that step."""
@@ -192,11 +211,21 @@ SPECS = {
 }
 
 
+@pytest.fixture(scope="module")
+def vllm_results(vllm_venv, tmp_path_factory) -> dict:
+    """vLLM's side of every test here, from one process (importing vLLM takes most of a replay's time):
+    each spec's replay of the trace, and the chunk rule on the random cases (``split``)."""
+    requests = trace_requests()
+    runs = {**{spec: dict(cfg, requests=requests) for spec, cfg in SPECS.items()},
+            "split": {"split_cases": split_cases()}}
+    return run_vllm(vllm_venv, {"runs": runs}, tmp_path_factory.mktemp("vllm-kv"))
+
+
 @pytest.mark.vllm
 @pytest.mark.parametrize("spec", sorted(SPECS))
-def test_twin_cache_matches_vllm_kv_cache_manager(spec, vllm_venv, tmp_path):
+def test_twin_cache_matches_vllm_kv_cache_manager(spec, vllm_results):
     cfg = dict(SPECS[spec], requests=trace_requests())
-    theirs = run_vllm(vllm_venv, cfg, tmp_path)
+    theirs = vllm_results[spec]
     assert theirs["coordinator"] == ("HybridKVCacheCoordinator" if cfg["hybrid"] else "UnitaryKVCacheCoordinator")
     ours = kv_protocol.replay(kv_protocol.requests_from(cfg["requests"]), TwinEngine(cfg), budget=cfg["budget"],
                               window=cfg["window"])
@@ -211,23 +240,11 @@ def test_twin_cache_matches_vllm_kv_cache_manager(spec, vllm_venv, tmp_path):
 
 
 @pytest.mark.vllm
-def test_chunk_rule_matches_vllms_scheduler(vllm_venv, tmp_path):
-    """`hybrid.chunk_tokens` against vLLM's ``Scheduler._mamba_block_aligned_split`` on random cases:
-    block sizes from 64 to Nemotron's 8,320, chunks starting on and off the block grid, resumed
-    requests, junctions, EAGLE, with and without the kernel's checkpoint block."""
-    rng = random.Random(1)
-    cases = []
-    for _ in range(3000):
-        bs = rng.choice([64, 256, 1024, 8320])
-        prompt = rng.randint(1, 40000)
-        num_tokens = prompt + rng.choice([0, 0, 0, rng.randint(1, 300)])
-        start = min(rng.choice([0, rng.randint(0, num_tokens - 1), rng.randint(0, num_tokens - 1) // bs * bs]),
-                    num_tokens - 1)
-        budget = rng.choice([256, 2048, 8192])
-        n = min(rng.randint(1, max(1, num_tokens - start)), budget)
-        junction = rng.choice([0, 0, rng.randint(0, num_tokens) // bs * bs, rng.randint(0, num_tokens)])
-        cases.append([start, n, prompt, num_tokens, bs, budget, rng.random() < 0.3, junction, rng.random() < 0.7])
-    theirs = run_vllm(vllm_venv, {"split_cases": cases}, tmp_path)["chunks"]
+def test_chunk_rule_matches_vllms_scheduler(vllm_results):
+    """`hybrid.chunk_tokens` against vLLM's ``Scheduler._mamba_block_aligned_split`` on the random cases
+    of `split_cases`."""
+    cases = split_cases()
+    theirs = vllm_results["split"]["chunks"]
     ours = [chunk_tokens(*case) for case in cases]
     assert sum(1 for n in theirs if n == 0) > 10 and len(set(theirs)) > 100  # the rule cuts, and variously
     assert [(c, a, b) for c, a, b in zip(cases, ours, theirs) if a != b] == []

@@ -13,7 +13,8 @@ layer is a Mamba layer orders them), ``retention`` (``--prefix-cache-retention-i
 drafter's (hits give back a block, Mamba checkpoints a block lower). The step loop is `kv_protocol.replay`; prefill
 chunks of the hybrid spec are cut by vLLM's own ``Scheduler._mamba_block_aligned_split``. No model,
 no device: only ``KVCacheManager`` and the classes it builds. With ``split_cases`` instead, it
-prints vLLM's chunk rule for each case (`split_cases`).
+prints vLLM's chunk rule for each case (`split_cases`). With ``runs`` (names to such configs) it does
+each, in one process (vLLM's import takes most of a replay's time), and prints their results by name.
 """
 
 from __future__ import annotations
@@ -150,21 +151,27 @@ def split_cases(cases: list[list]) -> list[int]:
     return out
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
+def run(cfg: dict) -> dict:
+    """One config's result: vLLM's chunk rule for its ``split_cases``, or the replay of its ``requests``."""
     from vllm import __version__
 
     if "split_cases" in cfg:
-        print(json.dumps({"vllm": __version__, "chunks": split_cases(cfg["split_cases"])}))
-        return
-
+        return {"vllm": __version__, "chunks": split_cases(cfg["split_cases"])}
     engine = VllmEngine(cfg)
     result = kv_protocol.replay(kv_protocol.requests_from(cfg["requests"]), engine, budget=cfg["budget"],
                                 window=cfg["window"])
     result["vllm"] = __version__
     result["coordinator"] = engine.kind
-    print(json.dumps(result))
+    return result
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    if "runs" in cfg:
+        print(json.dumps({name: run(one) for name, one in cfg["runs"].items()}))
+    else:
+        print(json.dumps(run(cfg)))
 
 
 if __name__ == "__main__":
