@@ -115,4 +115,4 @@ def test_a_python_that_is_not_there_is_a_clear_error(tmp_path, capsys):
 
     assert main(["vllm", "tiny-model", str(tmp_path / "model"), "--python", str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err
-    assert f"--python {tmp_path / 'nothing'}: no executable file there" in err and "Traceback" not in err
+    assert f"could not be built: {tmp_path / 'nothing'}: No such file or directory" in err and "Traceback" not in err

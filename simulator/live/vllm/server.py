@@ -89,12 +89,8 @@ def find_venv(start: Optional[Path] = None) -> Optional[Path]:
 
 
 def find_python(python: Optional[str | Path] = None) -> Path:
-    """The python to run vLLM with: `python` if given, else the venv's; ServerError when none (or when
-    the one given is not an executable file)."""
+    """The python to run vLLM with: `python` if given, else the venv's; ServerError when none."""
     if python is not None:
-        if not (Path(python).is_file() and os.access(python, os.X_OK)):
-            raise ServerError(f"--python {python}: no executable file there (give the python of vLLM's "
-                              "environment, e.g. .vllm-venv/bin/python)")
         return Path(python)
     venv = find_venv()
     if venv is None:
@@ -108,7 +104,11 @@ def find_python(python: Optional[str | Path] = None) -> Path:
 def build_tiny_model(out_dir: str | Path, python: Optional[str | Path] = None, force: bool = False) -> str:
     """Run the tiny-model builder with vLLM's python; returns its JSON stamp line."""
     cmd = [str(find_python(python)), str(TINY_MODEL_SCRIPT), str(out_dir)] + (["--force"] if force else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **DEFAULT_ENV})
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **DEFAULT_ENV})
+    except OSError as exc:
+        raise ServerError(f"the tiny model could not be built: {cmd[0]}: {exc.strerror or exc} (give the "
+                          "python of vLLM's environment, e.g. .vllm-venv/bin/python)") from None
     if done.returncode != 0:
         raise ServerError(f"tiny model build failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return done.stdout.strip().splitlines()[-1]
