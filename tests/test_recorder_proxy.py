@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
-from recorder_runs import child, emulator, recorder
+from recorder_runs import emulator, recorder
 from simulator.cli import main
 from simulator.emulator.faults import FAULT_HEADER
 from simulator.errors import InputError

@@ -435,32 +435,41 @@ class Twin(Generic[HoldingT]):
     def stats_now(self) -> TwinStats:
         """`stats` as stepping one by one has them now: with the steps that ended before now of a run of
         decode steps planned ahead (`_plans_ahead`), whose counters are otherwise added at its end."""
-        ahead, plan = self._ahead, self._plan
-        if ahead is None or plan is None or self.env.now <= plan[3] or self.clock >= plan[4]:
-            return self.stats
-        steps = bisect_left(ahead.ends, self.env.now)
-        if not steps:
+        steps = self._run_steps_ended()
+        if not steps or self._ahead is None:
             return self.stats
         return replace(self.stats, steps=self.stats.steps + steps,
-                       busy_time=self.stats.busy_time + ahead.ends[steps - 1] - plan[3])
+                       busy_time=self.stats.busy_time + self._ahead.ends[steps - 1] - self._plan[3])  # type: ignore[index]
 
     def _run_emitted(self) -> int:
         """Tokens each member of the decode group emitted in the steps of the run of decode steps under
-        way that ended before now (0 outside a run): stepping one by one, they would have been applied.
-        A run ends at its first step ending at or after the next event, so every step of it but the last
-        ends before any moment it is looked at; a run planned ahead keeps its step ends."""
+        way that ended before now (0 outside a run): stepping one by one, they would have been applied."""
+        steps = self._run_steps_ended()
+        if not steps:
+            return 0
+        if self._ahead is None:
+            chunk = self._plan[2]  # type: ignore[index]
+            return chunk.emitted - chunk.last_emit
+        return self._emitted_over(self._ahead.step_index, steps)
+
+    def _run_steps_ended(self) -> int:
+        """Steps of the run of decode steps under way that ended before now (0 outside a run, as it is
+        planned, or once applied). A run ends at its first step ending at or after the next event, so
+        every step of it but the last ends before any moment it is looked at; a run planned ahead keeps
+        its step ends."""
         plan = self._plan
         if plan is None or plan[2] is None or self.env.now <= plan[3] or self.clock >= plan[4]:
-            return 0  # not a run, just planned, or applied already
-        chunk = plan[2]
-        ahead = self._ahead
-        if ahead is None:
-            return chunk.emitted - chunk.last_emit
-        steps = bisect_left(ahead.ends, self.env.now)
+            return 0
+        if self._ahead is None:
+            return plan[2].steps - 1
+        return bisect_left(self._ahead.ends, self.env.now)
+
+    def _emitted_over(self, step: int, steps: int) -> int:
+        """Tokens each decoding sequence emits in engine steps `step` to `step + steps - 1`: emitted(g)
+        telescopes (see `_steps_to_emit`)."""
         if not self.k:
             return steps
-        first, rate = ahead.step_index, self.rate
-        return math.floor((first + steps) * rate) - math.floor(first * rate)
+        return math.floor((step + steps) * self.rate) - math.floor(step * self.rate)
 
     def requests_ended(self) -> None:
         """Take note that requests ended just before the first one submitted here (a server in service):
@@ -975,12 +984,7 @@ class Twin(Generic[HoldingT]):
             chunk = ahead.chunk
             steps = last + 1
             first_step = ahead.step_index
-            if k:  # emitted(g) telescopes (see `_steps_to_emit`)
-                rate = self.rate
-                emitted = math.floor((first_step + steps) * rate) - math.floor(first_step * rate)
-                last_emit = self.emitted(first_step + last)
-            else:
-                emitted, last_emit = steps, 1
+            emitted, last_emit = self._emitted_over(first_step, steps), self.emitted(first_step + last)
             chunk.steps, chunk.end, chunk.emitted, chunk.last_emit = steps, ends[last], emitted, last_emit
             if self.frontend_per_output_token:
                 self._deliver_inner(chunk, ends, group.size)
