@@ -110,9 +110,9 @@ def phase_live(calls: int) -> dict:
 def write_folder(folder: Path, calls: int) -> None:
     """calls.jsonl and tasks.jsonl of the synthetic run (as `ResultWriter` writes them), run.json."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / results.CALLS_FILE, "w") as fc, open(folder / results.TASKS_FILE, "w") as ft:
+    with open(folder / results.CALLS_FILE, "wb") as fc, open(folder / results.TASKS_FILE, "wb") as ft:
         for r in records(calls):
-            (fc if isinstance(r, CallRecord) else ft).write(json.dumps(results.record_dict(r)) + "\n")
+            (fc if isinstance(r, CallRecord) else ft).write(results.record_line(r))
     (folder / results.RUN_FILE).write_text(json.dumps({
         "settings": {"slo": SLO.model_dump(mode="json", by_alias=True, exclude_none=True)},
         "window": {"start": window(calls).start, "end": window(calls).end},

@@ -12,7 +12,7 @@
    (records and histograms written, summary left out) and simulated seconds per CPU second (target for
    gb300-agents: >= 10,000x real time); with `--baseline DIR` (a checkout of an earlier commit, e.g.
    `git worktree add /tmp/base COMMIT`) the same measured on that code in the same run, and whether
-   both wrote the same call and task records.
+   both wrote the same call and task records (the same JSON values line for line).
 
     .venv/bin/python benchmarks/twin_speed.py [--calls 1000000] [--profile NAME] [--skip-shape] [--shared-ids]
         [--scenario FILE [--baseline DIR] [--repeat N]]
@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import argparse
-import filecmp
+import itertools
 import json
 import os
 import subprocess
@@ -99,6 +99,17 @@ def scenario_speed(path: str, profile: str, code: Path, folder: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def same_records(a: Path, b: Path) -> bool:
+    """Whether two record files hold the same JSON values, line for line (parsed and written out again
+    by json: 1 and 1.0 differ, NaN equals NaN, the key order counts; the bytes may differ, as the
+    separators of records written by orjson and by json.dumps do)."""
+    with open(a, encoding="utf-8") as fa, open(b, encoding="utf-8") as fb:
+        for x, y in itertools.zip_longest(fa, fb):
+            if x is None or y is None or json.dumps(json.loads(x)) != json.dumps(json.loads(y)):
+                return False
+    return True
+
+
 def print_scenario_speed(path: str, profile: str, baseline: Path | None, repeat: int) -> None:
     """Time the scenario on this code (and on `baseline`'s), the least CPU of `repeat` runs each."""
     here = Path(__file__).resolve().parent.parent
@@ -114,7 +125,7 @@ def print_scenario_speed(path: str, profile: str, baseline: Path | None, repeat:
                   f"twin run {r['replay_cpu_s']:.2f} s CPU = {r['simulated_s'] / r['replay_cpu_s']:,.0f}x real time; "
                   f"whole process {r['process_cpu_s']:.2f} s CPU (least of {repeat})")
         if baseline is not None:
-            same = all(filecmp.cmp(Path(tmp) / "now-0" / f, Path(tmp) / "baseline-0" / f, shallow=False)
+            same = all(same_records(Path(tmp) / "now-0" / f, Path(tmp) / "baseline-0" / f)
                        for f in ("calls.jsonl", "tasks.jsonl"))
             speedup = best["baseline"]["replay_cpu_s"] / best["now"]["replay_cpu_s"]
             print(f"  {speedup:.2f}x less CPU than the baseline; call and task records "

@@ -31,13 +31,18 @@ def record_seconds(histogram: HdrHistogram, seconds: float, count: int = 1) -> N
     histogram.record_value(min(max(us, LOWEST_US), HIGHEST_US), count)
 
 
-def record_many_seconds(histogram: HdrHistogram, seconds: Sequence[float] | np.ndarray) -> None:
-    """Add many durations in seconds: the histogram ends exactly as `record_seconds` called on each
-    leaves it, at a cost per bucket rather than per value (the values' buckets are worked out at once
-    with numpy, as HdrHistogram's `_counts_index_for` does for one)."""
+def record_many_seconds(histogram: HdrHistogram, seconds: Sequence[float] | np.ndarray,
+                        counts: Sequence[int] | np.ndarray | None = None) -> None:
+    """Add many durations in seconds, value k counted `counts[k]` times (once each without `counts`):
+    the histogram ends exactly as `record_seconds(histogram, seconds[k], counts[k])` called on each
+    leaves it (same counts in every bucket, total count, min and max), at a cost of a few numpy passes
+    rather than a Python call per value (the values' buckets are worked out at once, as HdrHistogram's
+    `_counts_index_for` does for one, and their counts added to the histogram's counts array)."""
     us = np.rint(np.asarray(seconds, dtype=np.float64) * 1e6)
     if us.size == 0:
         return
+    if not np.isfinite(us).all():
+        raise ValueError("cannot record a duration that is NaN or infinite")  # as `record_seconds`
     us = np.clip(us, LOWEST_US, HIGHEST_US).astype(np.int64)
     h = histogram
     # bit length of (value | sub_bucket_mask): frexp's exponent, exact below 2**53
@@ -45,9 +50,26 @@ def record_many_seconds(histogram: HdrHistogram, seconds: Sequence[float] | np.n
     bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
     index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + (us >> (bucket + h.unit_magnitude)) \
         - h.sub_bucket_half_count
-    _, first, counts = np.unique(index, return_index=True, return_counts=True)
-    for value, count in zip(us[first].tolist(), counts.tolist()):
-        h.record_value(value, count)
+    if counts is None:
+        added = np.bincount(index, minlength=h.counts_len).astype(np.uint64)
+        total = int(us.size)
+    else:
+        weights = np.asarray(counts, dtype=np.int64)
+        if weights.shape != us.shape:
+            raise ValueError(f"{weights.size} counts for {us.size} values")
+        added = np.zeros(h.counts_len, dtype=np.uint64)
+        np.add.at(added, index, weights.astype(np.uint64))  # exact (integers), repeated buckets added up
+        total = int(weights.sum())
+    if added.size != h.counts_len:  # clamped values always fall in range
+        raise ValueError("a duration outside the histogram's range")
+    counts_array = np.ctypeslib.as_array(h.counts)  # the buffer HdrHistogram's own record_value adds to
+    if counts_array.shape == added.shape and counts_array.dtype == added.dtype:
+        counts_array += added
+        h.total_count += total
+    else:  # another layout (a decoded histogram's shorter buffer, ...): through record_value, a bucket at a time
+        _, first = np.unique(index, return_index=True)
+        for k, value in zip(index[first].tolist(), us[first].tolist()):
+            h.record_value(value, int(added[k]))
     h.min_value = min(h.min_value, int(us.min()))
     h.max_value = max(h.max_value, int(us.max()))
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import operator
 import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import orjson
@@ -78,13 +79,43 @@ OMITTED_WHEN_NONE = frozenset({"replica"})
 before fleets came (reading back gives them their default, None)."""
 
 
+_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+"""Per record type: its field names and a getter of their values (`dataclasses.fields` walks the
+class's fields on each call: too slow once per record)."""
+
+
+def _fields(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    found = _FIELDS.get(kind)
+    if found is None:
+        names = tuple(f.name for f in dataclasses.fields(kind))
+        getter = operator.attrgetter(*names)
+        found = _FIELDS[kind] = (names, getter if len(names) > 1 else lambda record: (getter(record),))
+    return found
+
+
 def record_dict(record: Any) -> dict[str, Any]:
     """A record's fields as a JSON-ready dict."""
-    out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    names, values_of = _fields(type(record))
+    out = dict(zip(names, values_of(record)))
     for name in OMITTED_WHEN_NONE:
         if name in out and out[name] is None:
             del out[name]
     return out
+
+
+def record_line(record: Any) -> bytes:
+    """A record as its line of calls.jsonl or tasks.jsonl (newline included): what every writer of
+    record files writes. orjson writes it, but for a record orjson would write otherwise than
+    `json.dumps` (a NaN or infinity, which orjson turns into null; records hold only plain values) or
+    cannot write (an integer past 64 bits, a lone surrogate): `json.dumps` writes that one, so every
+    line reads back as the same values as the `json.dumps` line of the same record."""
+    data = record_dict(record)
+    if not any(type(v) is float and v - v != 0.0 for v in data.values()):  # v - v: nan for nan and inf
+        try:
+            return orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            pass
+    return (json.dumps(data) + "\n").encode("utf-8")
 
 
 class ResultWriter:
@@ -109,8 +140,8 @@ class ResultWriter:
         self.counters = LiveCounters()
         self.tasks_started: Optional[int] = None
         """Top-level tasks started so far, when the driver tells (`started`); saved in progress.json."""
-        self._calls = open(self.folder / CALLS_FILE, "w", encoding="utf-8")
-        self._tasks = open(self.folder / TASKS_FILE, "w", encoding="utf-8")
+        self._calls = open(self.folder / CALLS_FILE, "wb")
+        self._tasks = open(self.folder / TASKS_FILE, "wb")
         self._last_flush = self._last_histograms = time.monotonic()
         self._pending = False
         self._progress_saved: Optional[int] = None
@@ -118,14 +149,17 @@ class ResultWriter:
 
     def call(self, record: CallRecord, gaps: Sequence[float] = ()) -> None:
         """Store one finished call (an attempt) and the inter-token gaps it saw."""
-        self._calls.write(json.dumps(record_dict(record)) + "\n")
+        self._calls.write(record_line(record))
         c = self.counters
         if record.ok:
             c.calls_ok += 1
             c.output_tokens += record.output_tokens
             if self.window.contains(record.intended_send):
                 pending = self._itl_pending
-                pending.extend(gaps)
+                if type(gaps) is list:
+                    pending.fromlist(gaps)  # what the twin gives: faster than extend's item-by-item path
+                else:
+                    pending.extend(gaps)
                 if len(pending) >= ITL_BATCH:
                     self._record_pending()
         else:
@@ -148,7 +182,7 @@ class ResultWriter:
 
     def task(self, record: TaskRecord) -> None:
         """Store one finished task (or sub-task)."""
-        self._tasks.write(json.dumps(record_dict(record)) + "\n")
+        self._tasks.write(record_line(record))
         if record.parent_id is None:
             if record.ok:
                 self.counters.tasks_done += 1

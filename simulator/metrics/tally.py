@@ -3,7 +3,10 @@
 A `RunTally` takes every call and task record as it finishes (`call`, `task`: the `RecordSink` that
 `ResultWriter` forwards to) and keeps only counters, sums, maxima and HdrHistograms, per task class
 where the summary has per-class figures: its memory does not grow with the number of records, so a
-10M-call run is summarised without holding or re-reading its records. `simulator.metrics.summary.from_tally`
+10M-call run is summarised without holding or re-reading its records. The calls' values go into their
+histograms in batches of up to `BATCH` (`histograms.record_many_seconds`, which leaves a histogram
+exactly as recording them one by one does); `hist`, `flush`, and packing or merging a tally
+(`simulator.scale.merge`) record what is gathered first. `simulator.metrics.summary.from_tally`
 turns the tally into the typed `Summary`; fed the same records it gives the same figures,
 bit for bit, as computing them from the lists of records did (sums are added in record order).
 
@@ -13,6 +16,7 @@ distinct ones, so that a report can show what failed and not only its class.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
@@ -31,6 +35,11 @@ MESSAGE_KINDS = 1000
 MESSAGE_LENGTH = 300
 """Characters of an error message kept (the rest is cut, with an ellipsis)."""
 OTHER_MESSAGES = "(further distinct messages)"
+CALL_HISTOGRAMS = ("ttft", "tpot", "itl_approx", "e2el", "client_lag")
+"""The histograms of the window's calls (`RunTally.hist`)."""
+BATCH = 1 << 16
+"""Values a call histogram gathers before they go into it at once (`histograms.record_many_seconds`: a
+few numpy passes for the batch rather than an HdrHistogram call per value)."""
 
 
 @dataclass
@@ -85,7 +94,11 @@ class RunTally:
         self.meeting_tpot = 0
         self.meeting_all = 0
         self.latest_end: Optional[float] = None
-        self.hist = {name: H.new_histogram() for name in ("ttft", "tpot", "itl_approx", "e2el", "client_lag")}
+        self._hist = {name: H.new_histogram() for name in CALL_HISTOGRAMS}
+        self._pending = {name: array("d") for name in CALL_HISTOGRAMS}
+        """Seconds not yet in `_hist` (read through `hist`, which records them first)."""
+        self._itl_weights = array("q")
+        """The count each value of ``_pending["itl_approx"]`` is recorded with (its call's gaps)."""
         # tasks
         self.tasks_finished = 0
         self.top_finished = 0
@@ -112,9 +125,12 @@ class RunTally:
             return
         self.window_calls += 1
         self._end(record.end)
-        H.record_seconds(self.hist["client_lag"], record.client_lag)
+        lag = self._pending["client_lag"]
+        lag.append(record.client_lag)
         if record.ok:
             self._ok_call(record)
+        if len(lag) >= BATCH:  # every other call histogram has at most as many values waiting
+            self.flush()
 
     def _ok_call(self, c: CallRecord) -> None:
         self.window_ok += 1
@@ -123,13 +139,15 @@ class RunTally:
         if c.cached_tokens is not None:
             self.cached_tokens = (self.cached_tokens or 0) + c.cached_tokens
         ttft, tpot = c.ttft, c.tpot
+        pending = self._pending
         if ttft is not None:
-            H.record_seconds(self.hist["ttft"], ttft)
+            pending["ttft"].append(ttft)
         if tpot is not None:
-            H.record_seconds(self.hist["tpot"], tpot)
-        H.record_seconds(self.hist["e2el"], c.latency)
+            pending["tpot"].append(tpot)
+        pending["e2el"].append(c.latency)
         if c.itl_count and c.itl_mean is not None:
-            H.record_seconds(self.hist["itl_approx"], c.itl_mean, c.itl_count)
+            pending["itl_approx"].append(c.itl_mean)
+            self._itl_weights.append(c.itl_count)
         ttft_bound, tpot_bound = self._ttft_bound, self._tpot_bound
         ttft_ok = ttft_bound is None or (ttft is not None and ttft <= ttft_bound)
         tpot_ok = tpot_bound is None or tpot is None or tpot <= tpot_bound
@@ -190,7 +208,23 @@ class RunTally:
             self.task(t)
         return self
 
+    def flush(self) -> None:
+        """Record the values gathered into the call histograms (each histogram ends exactly as recording
+        them one at a time with `histograms.record_seconds` leaves it)."""
+        for name, values in self._pending.items():
+            if values:
+                H.record_many_seconds(self._hist[name], values,
+                                      self._itl_weights if name == "itl_approx" else None)
+                self._pending[name] = array("d")
+        self._itl_weights = array("q")
+
     # --- reading it -------------------------------------------------------------------------------
+
+    @property
+    def hist(self) -> dict[str, HdrHistogram]:
+        """The call histograms by name (`CALL_HISTOGRAMS`), of the window's calls counted so far."""
+        self.flush()
+        return self._hist
 
     @property
     def duration(self) -> float:

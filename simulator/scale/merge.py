@@ -23,6 +23,9 @@ from ..metrics.tally import RunTally
 
 SETTINGS = frozenset({"window", "slo", "_task_bound", "_ttft_bound", "_tpot_bound"})
 """What every shard's tally shares (from the run's settings): not merged."""
+BUFFERS = frozenset({"_pending", "_itl_weights"})
+"""Values a tally gathers before they go into its histograms: packing and merging record them first
+(`RunTally.flush`), so they are empty then and not packed."""
 LATEST = frozenset({"latest_end"})
 """Numbers merged by taking the largest (the others add up)."""
 
@@ -31,7 +34,9 @@ Packed = dict[str, Any]
 
 def pack(tally: RunTally) -> Packed:
     """A tally's state in a form that pickles small: histograms encoded, dataclasses as dicts."""
-    return {name: _pack(value, name) for name, value in vars(tally).items() if name not in SETTINGS}
+    tally.flush()
+    return {name: _pack(value, name) for name, value in vars(tally).items()
+            if name not in SETTINGS and name not in BUFFERS}
 
 
 def _pack(value: Any, name: str) -> Any:
@@ -51,6 +56,7 @@ def _pack(value: Any, name: str) -> Any:
 
 def merge_into(tally: RunTally, packed: Packed) -> RunTally:
     """Add a packed tally's counts and histograms to `tally` (of the same run settings); returns it."""
+    tally.flush()
     for name, value in packed.items():
         setattr(tally, name, _merge(getattr(tally, name), value, name))
     return tally

@@ -17,7 +17,6 @@ then rebuilds the summary from the records.
 from __future__ import annotations
 
 import heapq
-import json
 import secrets
 import sys
 from collections import Counter
@@ -133,9 +132,9 @@ def append_tasks(part: Path, records: Iterable[TaskRecord]) -> None:
         with open(path, "rb+") as fh:
             data = fh.read()
             fh.truncate(data.rfind(b"\n") + 1)
-    with open(path, "a", encoding="utf-8") as fh:
+    with open(path, "ab") as fh:
         for record in records:
-            fh.write(json.dumps(results.record_dict(record)) + "\n")
+            fh.write(results.record_line(record))
 
 
 def unmerged(folder: Path) -> Optional[int]:

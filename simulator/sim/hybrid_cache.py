@@ -177,10 +177,15 @@ class HybridKVCache(KVCache):
         freed) when the blocks do not fit."""
         if h.trans:
             self.settle(h)
-        need = -(-tokens // self.block_size) - h.blocks
+        bs = self.block_size
+        blocks = -(-tokens // bs)
+        need = blocks - h.blocks
         if need < 0:
             need = 0
-        need += self._state_need(h, start, tokens, prefill_end)
+        if tokens - start > bs or not h.started or (self.prefix_caching and blocks > -(-start // bs)):
+            need += self._state_need(h, start, tokens, prefill_end)
+        # else none: a step within one block, of a started request, exports no checkpoint
+        # (`checkpoint_inside` needs a chunk longer than a block)
         if not need:
             if self.prefix_caching:
                 if h.keyed_tb < len(h.ids) and tokens // h.tb > h.keyed_tb:

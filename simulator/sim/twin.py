@@ -264,11 +264,13 @@ class Twin(Generic[HoldingT]):
         self._plan: Optional[_Step] = None
         """The latest planned step (None while idle)."""
         self._ahead: Optional[_AheadRun] = None
+        """The run of decode steps under way when it was planned past the next event (`_plans_ahead`)."""
         self._unkeyed: list[TwinRequest[HoldingT]] = []
-        """Members of the decode group whose prompt is not all keyed yet (`_keys_in_group`)."""
+        """Members of the decode group whose prompt is not all keyed yet (`_keys_in_group`), in running
+        order and each once, but for those joined since the last step planned (`_unkeyed_joined`)."""
+        self._unkeyed_joined = False
         self._keying_tried: dict[TwinRequest[HoldingT], Optional[tuple]] = {}
         """The tree as each of them last tried to key more (`KVCache.keying_state`)."""
-        """The run of decode steps under way when it was planned past the next event (`_plans_ahead`)."""
         env.process(self._start())
 
     # ---- where a hybrid model's twin differs (hooks `simulator.sim.hybrid_twin` overrides) ----------
@@ -645,6 +647,8 @@ class Twin(Generic[HoldingT]):
         preempted = False
         # Preemption pops from the end of `running`, past the request at hand: iteration stays valid.
         for req in running:
+            if not budget:
+                break  # nothing after gets a token: decoders are skipped, prefills get no chunk
             if req.decoding:
                 n = per_decode
                 if budget < n:
@@ -688,6 +692,7 @@ class Twin(Generic[HoldingT]):
             group.join(req)
             if self._keys_in_group and self.kv.prefix_caching and req.hold.keyed_tb < len(req.hold.ids):
                 self._unkeyed.append(req)
+                self._unkeyed_joined = True
             k += 1
         if k:
             del running[:k]
@@ -696,7 +701,11 @@ class Twin(Generic[HoldingT]):
     def _key_members(self, horizon: int) -> None:
         """Key what the tree now lets members key of their prompts (see `_keys_in_group`), in running
         order, as stepping them one by one would at this step: each holds `a + horizon` tokens then."""
-        members = sorted({id(r): r for r in self._unkeyed if r.in_group}.values(), key=attrgetter("seq"))
+        if self._unkeyed_joined:  # put the newcomers in running order (a member that came back is there twice)
+            members = sorted({id(r): r for r in self._unkeyed if r.in_group}.values(), key=attrgetter("seq"))
+            self._unkeyed_joined = False
+        else:
+            members = [r for r in self._unkeyed if r.in_group]
         left = []
         kv = self.kv
         tried = self._keying_tried
