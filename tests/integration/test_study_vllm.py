@@ -90,11 +90,14 @@ def test_a_space_searched_on_the_twin_then_its_best_two_on_vllm(vllm_venv, tiny_
     q = configs[NARROW]["quality"]
     assert (q["status"], q["identical_share"], q["mean_abs_logprob_delta"]) == ("same", 1.0, 0.0), q
 
-    # two sequences at a time carry fewer sessions within the SLO than the default's 128 (the default may
-    # hold the SLO at every rate probed: then its capacity is at least the highest one)
+    # two sequences at a time carry no more sessions within the SLO than the default's 128 (the default may
+    # hold the SLO at every rate probed: then its capacity is at least the highest one). Fewer where the
+    # seats bind first; on a slower CPU both are bound by compute first and the test's coarse capacity
+    # search (three probes) puts them on the same rate: a tie, which the study ranks in config order
     narrow, default = configs[NARROW]["capacity"], configs["default"]["capacity"]
     default_rate = default.get("rate_per_s") or default["at_least_per_s"]
-    assert narrow["status"] in ("ok", "imprecise") and narrow["rate_per_s"] < default_rate, (narrow, default)
+    assert narrow["status"] in ("ok", "imprecise") and narrow["rate_per_s"] <= default_rate, (narrow, default)
+    tied = narrow["rate_per_s"] == default_rate
     assert study["ranking"]["order"] == ["default", NARROW]
 
     # the twin's prediction of each live candidate beside its measurement, and the twin's order confirmed
@@ -107,8 +110,12 @@ def test_a_space_searched_on_the_twin_then_its_best_two_on_vllm(vllm_venv, tiny_
         assert entry["measured_value"] == configs[entry["config"]]["objective"]["value"] > 0
     assert (live[BEST]["measured_rank"], live[NARROW]["measured_rank"]) == (1, 2)
     correlation = space["rank_correlation"]
-    assert (correlation["n"], correlation["rho"]) == (2, 1.0)
-    assert "with 2 candidates it is only their order" in correlation["statement"]
+    if tied:  # no order measured: no correlation claimed
+        assert (correlation["n"], correlation["rho"]) == (2, None)
+        assert "measured values are all equal" in correlation["statement"], correlation
+    else:
+        assert (correlation["n"], correlation["rho"]) == (2, 1.0)
+        assert "with 2 candidates it is only their order" in correlation["statement"]
 
     # the twin's prediction of the study's own configs (the base and the candidate launched for itself),
     # on the profile the search ran on: the order measured
