@@ -261,8 +261,14 @@ class Part:
     definition: Callable[[], dict[str, Any]]
     value: Callable[[dict[str, Any]], float]
     """A feasible candidate's figure as the search is told it and the benchmark ranks it."""
-    higher: bool
     target: float
+
+    @property
+    def higher(self) -> bool:
+        """Whether a higher value is better (the study's own sense of its objective)."""
+        from simulator.study.search import HIGHER_IS_BETTER
+
+        return HIGHER_IS_BETTER[self.objective]
 
     def within(self, value: float, best: float) -> bool:
         """Whether `value` is within 3% of `best` (the part's target)."""
@@ -275,9 +281,8 @@ class Part:
 
 
 PARTS = {
-    "capacity": Part("capacity", "goodput", CACHE, capacity_of, definition, lambda f: f["tasks_per_hour"], True,
-                     TARGET),
-    "p95": Part("p95", "p95_task", P95_CACHE, p95_of, p95_definition, p95_value, False, P95_TARGET),
+    "capacity": Part("capacity", "goodput", CACHE, capacity_of, definition, lambda f: f["tasks_per_hour"], TARGET),
+    "p95": Part("p95", "p95_task", P95_CACHE, p95_of, p95_definition, p95_value, P95_TARGET),
 }
 
 
